@@ -1,0 +1,229 @@
+// Package peerdb is one network's table of endpoints, local and remote, and
+// the IP → (MAC, VTEP) bindings they imply. It decides which endpoint owns
+// an IP when several claim it, and reports every change of owner so the
+// driver can program exactly the neighbour and FDB entries that changed.
+//
+// A DB is not safe for concurrent use: it is embedded in the driver's
+// network and guarded by that network's lock.
+package peerdb
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+)
+
+// Peer is one endpoint of the network.
+type Peer struct {
+	EndpointID string `json:"endpointID"`
+	// IPs are the endpoint's IPv4 and IPv6 addresses, without prefix.
+	IPs []netip.Addr `json:"ips"`
+	MAC hwaddr.MAC   `json:"mac"`
+	// VTEP is the underlay address of the host holding the endpoint. Unset
+	// for local endpoints.
+	VTEP netip.Addr `json:"vtep"`
+	// Local marks an endpoint on this host: it claims its IPs (so no remote
+	// claimant is programmed for them) but needs no kernel entries, the
+	// bridge reaches it directly.
+	Local bool `json:"local,omitempty"`
+}
+
+// Clone returns a deep copy, so a Peer can cross goroutines safely.
+func (p Peer) Clone() Peer {
+	p.IPs = slices.Clone(p.IPs)
+	return p
+}
+
+// Validate reports a peer that cannot be stored.
+func (p Peer) Validate() error {
+	if p.EndpointID == "" {
+		return errors.New("peer: empty endpoint id")
+	}
+	if len(p.IPs) == 0 {
+		return fmt.Errorf("peer %s: no IP address", p.EndpointID)
+	}
+	for _, ip := range p.IPs {
+		if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || ip.Zone() != "" {
+			return fmt.Errorf("peer %s: unusable IP address %v", p.EndpointID, ip)
+		}
+	}
+	if p.MAC.IsZero() || p.MAC[0]&1 == 1 {
+		return fmt.Errorf("peer %s: MAC %s is not a unicast address", p.EndpointID, p.MAC)
+	}
+	if !p.Local && (!p.VTEP.IsValid() || p.VTEP.IsUnspecified() || p.VTEP.IsMulticast() || p.VTEP.Zone() != "") {
+		return fmt.Errorf("peer %s: remote peer needs a unicast VTEP address, got %v", p.EndpointID, p.VTEP)
+	}
+	return nil
+}
+
+// Binding is what one IP resolves to: the endpoint that owns it.
+type Binding struct {
+	EndpointID string
+	MAC        hwaddr.MAC
+	VTEP       netip.Addr
+	Local      bool
+}
+
+// Change is a change of owner of one IP. Old or New is nil where the IP had
+// or has no owner.
+type Change struct {
+	IP       netip.Addr
+	Old, New *Binding
+}
+
+// DB is the peer table of one network. The zero value is empty and ready.
+type DB struct {
+	peers  map[string]Peer
+	claims map[netip.Addr][]string // endpoint ids claiming the IP, unordered
+}
+
+// Add stores p, replacing any peer with the same endpoint id, and returns
+// the ownership changes it causes. An invalid peer changes nothing.
+func (db *DB) Add(p Peer) ([]Change, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	p = p.Clone()
+	for i, ip := range p.IPs {
+		p.IPs[i] = ip.Unmap()
+	}
+	p.IPs = dedup(p.IPs)
+	p.VTEP = p.VTEP.Unmap()
+	if p.Local {
+		p.VTEP = netip.Addr{}
+	}
+	if db.peers == nil {
+		db.peers = map[string]Peer{}
+		db.claims = map[netip.Addr][]string{}
+	}
+	old, had := db.peers[p.EndpointID]
+	touched := slices.Clone(p.IPs)
+	if had {
+		touched = dedup(append(touched, old.IPs...))
+	}
+	before := db.winners(touched)
+	if had {
+		db.unclaim(old)
+	}
+	db.peers[p.EndpointID] = p
+	for _, ip := range p.IPs {
+		db.claims[ip] = append(db.claims[ip], p.EndpointID)
+	}
+	return db.diff(touched, before), nil
+}
+
+// Delete removes the endpoint and returns the ownership changes. Deleting an
+// unknown endpoint changes nothing.
+func (db *DB) Delete(endpointID string) []Change {
+	old, had := db.peers[endpointID]
+	if !had {
+		return nil
+	}
+	before := db.winners(old.IPs)
+	db.unclaim(old)
+	delete(db.peers, endpointID)
+	return db.diff(old.IPs, before)
+}
+
+// Get returns a copy of the endpoint's peer.
+func (db *DB) Get(endpointID string) (Peer, bool) {
+	p, ok := db.peers[endpointID]
+	return p.Clone(), ok
+}
+
+// Len is the number of peers.
+func (db *DB) Len() int { return len(db.peers) }
+
+// Peers returns copies of all peers, sorted by endpoint id.
+func (db *DB) Peers() []Peer {
+	out := make([]Peer, 0, len(db.peers))
+	for _, p := range db.peers {
+		out = append(out, p.Clone())
+	}
+	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.EndpointID, b.EndpointID) })
+	return out
+}
+
+// Bindings returns the owner of every claimed IP: the desired state.
+func (db *DB) Bindings() map[netip.Addr]Binding {
+	out := make(map[netip.Addr]Binding, len(db.claims))
+	for ip := range db.claims {
+		if b, ok := db.winner(ip); ok {
+			out[ip] = b
+		}
+	}
+	return out
+}
+
+// Owner returns the binding that owns ip.
+func (db *DB) Owner(ip netip.Addr) (Binding, bool) { return db.winner(ip) }
+
+// winner applies the ownership rule: a local claimant beats any remote one
+// (this host knows its own endpoint is live; a remote claim may be a stale
+// record whose delete has not arrived yet), and among claimants of the same
+// kind the smallest endpoint id wins, so every host picks the same remote
+// owner whatever order the records arrived in.
+func (db *DB) winner(ip netip.Addr) (Binding, bool) {
+	var best *Peer
+	for _, id := range db.claims[ip] {
+		p := db.peers[id]
+		if best == nil || (p.Local && !best.Local) ||
+			(p.Local == best.Local && p.EndpointID < best.EndpointID) {
+			best = &p
+		}
+	}
+	if best == nil {
+		return Binding{}, false
+	}
+	return Binding{EndpointID: best.EndpointID, MAC: best.MAC, VTEP: best.VTEP, Local: best.Local}, true
+}
+
+func (db *DB) winners(ips []netip.Addr) map[netip.Addr]Binding {
+	m := make(map[netip.Addr]Binding, len(ips))
+	for _, ip := range ips {
+		if b, ok := db.winner(ip); ok {
+			m[ip] = b
+		}
+	}
+	return m
+}
+
+func (db *DB) diff(ips []netip.Addr, before map[netip.Addr]Binding) []Change {
+	var out []Change
+	for _, ip := range ips {
+		o, hadOld := before[ip]
+		n, hasNew := db.winner(ip)
+		if hadOld == hasNew && o == n {
+			continue
+		}
+		c := Change{IP: ip}
+		if hadOld {
+			c.Old = &o
+		}
+		if hasNew {
+			c.New = &n
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (db *DB) unclaim(p Peer) {
+	for _, ip := range p.IPs {
+		ids := slices.DeleteFunc(db.claims[ip], func(id string) bool { return id == p.EndpointID })
+		if len(ids) == 0 {
+			delete(db.claims, ip)
+		} else {
+			db.claims[ip] = ids
+		}
+	}
+}
+
+func dedup(ips []netip.Addr) []netip.Addr {
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return slices.Compact(ips)
+}
