@@ -1,0 +1,84 @@
+package driver
+
+import (
+	"fmt"
+	"net/netip"
+
+	api "github.com/docker/go-plugins-helpers/network"
+)
+
+// discoveryNode is libnetwork's driverapi.NodeDiscoveryType.
+const discoveryNode = 1
+
+// nodeDiscovery is the data of a node discovery notification.
+type nodeDiscovery struct {
+	Address netip.Addr
+	Self    bool
+}
+
+func parseNodeDiscovery(n *api.DiscoveryNotification) (nodeDiscovery, error) {
+	m, ok := n.DiscoveryData.(map[string]any)
+	if !ok {
+		return nodeDiscovery{}, fmt.Errorf("%w: node discovery data: want an object, got %T", ErrInvalid, n.DiscoveryData)
+	}
+	s, _ := m["Address"].(string)
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return nodeDiscovery{}, fmt.Errorf("%w: node discovery Address %q: %v", ErrInvalid, s, err)
+	}
+	self, _ := m["Self"].(bool)
+	return nodeDiscovery{Address: addr.Unmap(), Self: self}, nil
+}
+
+// DiscoverNew learns this node's address from Docker (Self) when none was
+// configured. Other discovery types (swarm's encryption keys) never reach a
+// plugin and are ignored.
+func (d *Driver) DiscoverNew(n *api.DiscoveryNotification) error {
+	if n.DiscoveryType != discoveryNode {
+		return nil
+	}
+	nd, err := parseNodeDiscovery(n)
+	if err != nil {
+		return err
+	}
+	if nd.Self {
+		d.mu.Lock()
+		d.discovered = nd.Address
+		d.mu.Unlock()
+		d.log.Info("docker reports this node's address", "addr", nd.Address, "configured", d.configured)
+		return nil
+	}
+	d.log.Debug("docker reports a swarm node", "addr", nd.Address)
+	return nil
+}
+
+// DiscoverDelete is accepted and validated; node departures need no action
+// from the driver itself.
+func (d *Driver) DiscoverDelete(n *api.DiscoveryNotification) error {
+	if n.DiscoveryType != discoveryNode {
+		return nil
+	}
+	_, err := parseNodeDiscovery(n)
+	return err
+}
+
+// ProgramExternalConnectivity: overlay networks give no external
+// connectivity of their own (Docker's gateway bridge does that).
+func (d *Driver) ProgramExternalConnectivity(req *api.ProgramExternalConnectivityRequest) error {
+	n, _, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if err != nil {
+		return err
+	}
+	n.mu.Unlock()
+	return nil
+}
+
+// RevokeExternalConnectivity: see ProgramExternalConnectivity.
+func (d *Driver) RevokeExternalConnectivity(req *api.RevokeExternalConnectivityRequest) error {
+	n, _, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if err != nil {
+		return err
+	}
+	n.mu.Unlock()
+	return nil
+}

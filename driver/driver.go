@@ -1,0 +1,205 @@
+// Package driver is the overlay network driver: Docker's remote network
+// driver API (via go-plugins-helpers) on top of per-network sandboxes in the
+// kernel and a per-network peer table.
+//
+// Locking follows moby's overlay driver after PR #50260. Lock order, top to
+// bottom:
+//
+//	network.mu  →  Driver.mu
+//
+// Driver.mu guards only the network table and is the bottom lock: nothing is
+// locked while it is held and no kernel call is made under it. Each network
+// has its own mu guarding everything about that network (endpoints, peer db,
+// FDB refcounts, sandbox) and its kernel state, so operations on one network
+// are serialised while distinct networks proceed in parallel. lockNetwork
+// takes a network's lock with a double-checked lookup, so an operation never
+// acts on a network that was deleted (or deleted and re-created) while it
+// waited for the lock.
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/vni"
+)
+
+// Errors a caller can test with errors.Is; messages carry the detail.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrInvalid  = errors.New("invalid request")
+	ErrConflict = errors.New("conflict")
+)
+
+// Underlay answers questions about the host's own network.
+type Underlay interface {
+	// DefaultAddr is the address of the default-route interface.
+	DefaultAddr() (netip.Addr, error)
+	// MTU is the MTU of the interface that holds addr.
+	MTU(addr netip.Addr) (int, error)
+}
+
+// Config builds a Driver.
+type Config struct {
+	Kernel   kernel.Kernel
+	Underlay Underlay
+	// VNIs allocates VXLAN ids when this node is the swarm leader.
+	VNIs *vni.Allocator
+	// AdvertiseAddr is this host's VTEP address. When unset, the address
+	// Docker reports for this node (DiscoverNew, Self) is used, else the
+	// default-route interface's address.
+	AdvertiseAddr netip.Addr
+	// VXLANPort is the UDP port of every VXLAN device.
+	VXLANPort uint16
+	Logger    *slog.Logger
+}
+
+// Driver implements go-plugins-helpers' network.Driver.
+type Driver struct {
+	kernel    kernel.Kernel
+	underlay  Underlay
+	vnis      *vni.Allocator
+	port      uint16
+	log       *slog.Logger
+	configured netip.Addr // AdvertiseAddr from Config; immutable
+
+	// mu guards networks and discovered. Bottom of the lock order: hold
+	// nothing else's lock while taking it and call nothing while holding it.
+	mu         sync.Mutex
+	networks   map[string]*network
+	discovered netip.Addr // this node's address as Docker reported it
+}
+
+// New returns a driver with no networks. It removes whatever a previous run
+// left in the kernel: Docker replays nothing to a restarted plugin, so old
+// sandboxes would only hold stale state.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Kernel == nil || cfg.Underlay == nil || cfg.VNIs == nil {
+		return nil, errors.New("driver: Kernel, Underlay and VNIs are required")
+	}
+	if cfg.VXLANPort == 0 {
+		return nil, errors.New("driver: VXLAN port must not be 0")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := cfg.Kernel.RemoveLeftovers(); err != nil {
+		return nil, fmt.Errorf("remove leftovers of a previous run: %w", err)
+	}
+	return &Driver{
+		kernel:     cfg.Kernel,
+		underlay:   cfg.Underlay,
+		vnis:       cfg.VNIs,
+		port:       cfg.VXLANPort,
+		log:        log,
+		configured: cfg.AdvertiseAddr,
+		networks:   map[string]*network{},
+	}, nil
+}
+
+// lockNetwork returns the network with the given id, locked, or nil. The
+// table is read under d.mu, the network locked without it, and the table
+// re-checked: if the network was removed or replaced meanwhile, the lookup
+// starts over with what the table holds now.
+func (d *Driver) lockNetwork(id string) *network {
+	d.mu.Lock()
+	n := d.networks[id]
+	d.mu.Unlock()
+	for n != nil {
+		n.mu.Lock()
+		d.mu.Lock()
+		current := d.networks[id]
+		d.mu.Unlock()
+		if current == n {
+			return n
+		}
+		n.mu.Unlock()
+		n = current
+	}
+	return nil
+}
+
+// mustLockNetwork is lockNetwork with an error for unknown ids.
+func (d *Driver) mustLockNetwork(id string) (*network, error) {
+	if err := validID("network", id); err != nil {
+		return nil, err
+	}
+	n := d.lockNetwork(id)
+	if n == nil {
+		return nil, fmt.Errorf("network %s: %w", id, ErrNotFound)
+	}
+	return n, nil
+}
+
+// networkIDs returns a copy of the table's keys.
+func (d *Driver) networkIDs() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids := make([]string, 0, len(d.networks))
+	for id := range d.networks {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// localVTEP is the address this host's VXLAN devices use.
+func (d *Driver) localVTEP() (netip.Addr, error) {
+	if d.configured.IsValid() {
+		return d.configured, nil
+	}
+	d.mu.Lock()
+	a := d.discovered
+	d.mu.Unlock()
+	if a.IsValid() {
+		return a, nil
+	}
+	a, err := d.underlay.DefaultAddr()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("no advertise address: %w", err)
+	}
+	return a, nil
+}
+
+// Close tears down every sandbox, so a clean stop leaves nothing in the
+// kernel. Calls arriving meanwhile find no networks.
+func (d *Driver) Close() error {
+	var errs []error
+	for _, id := range d.networkIDs() {
+		n := d.lockNetwork(id)
+		if n == nil {
+			continue
+		}
+		if err := d.teardownSandbox(n); err != nil {
+			errs = append(errs, err)
+		}
+		d.mu.Lock()
+		if d.networks[id] == n {
+			delete(d.networks, id)
+		}
+		d.mu.Unlock()
+		n.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// validID accepts the ids Docker generates (hex, or swarm's base-36) and
+// nothing that could escape a path or an interface name.
+func validID(kind, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty %s id", ErrInvalid, kind)
+	}
+	if len(id) > 128 {
+		return fmt.Errorf("%w: %s id longer than 128 characters", ErrInvalid, kind)
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("%w: %s id %q has a character other than a letter or digit", ErrInvalid, kind, id)
+		}
+	}
+	return nil
+}

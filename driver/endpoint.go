@@ -1,0 +1,240 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	api "github.com/docker/go-plugins-helpers/network"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// Container-facing interface names: Docker renames SrcName to
+// DstPrefix+N inside the container.
+const (
+	hostVethPrefix    = "ovh"
+	sandboxVethPrefix = "ovs"
+	dstPrefix         = "eth"
+)
+
+// endpoint is a container's attachment to a network on this host. Guarded
+// by its network's mu.
+type endpoint struct {
+	id     string
+	mac    hwaddr.MAC
+	addrs  []netip.Prefix
+	veth   kernel.Veth
+	joined bool
+}
+
+func (ep *endpoint) ips() []netip.Addr {
+	ips := make([]netip.Addr, len(ep.addrs))
+	for i, a := range ep.addrs {
+		ips[i] = a.Addr()
+	}
+	return ips
+}
+
+func vethFor(eid string, mac hwaddr.MAC, mtu int) kernel.Veth {
+	short := eid[:min(len(eid), 12)]
+	return kernel.Veth{HostName: hostVethPrefix + short, SandboxName: sandboxVethPrefix + short, MAC: mac, MTU: mtu}
+}
+
+// CreateEndpoint records the endpoint with the addresses swarm's IPAM chose
+// and assigns a MAC when Docker gives none.
+func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndpointResponse, error) {
+	if err := validID("endpoint", req.EndpointID); err != nil {
+		return nil, err
+	}
+	if req.Interface == nil {
+		return nil, fmt.Errorf("%w: endpoint %s: no Interface (addresses) in request", ErrInvalid, req.EndpointID)
+	}
+	addrs, err := parseAddrs(req.Interface.Address, req.Interface.AddressIPv6)
+	if err != nil {
+		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrInvalid, req.EndpointID, err)
+	}
+	var mac hwaddr.MAC
+	assigned := req.Interface.MacAddress == ""
+	if assigned {
+		mac = hwaddr.Random()
+	} else if mac, err = hwaddr.Parse(req.Interface.MacAddress); err != nil {
+		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrInvalid, req.EndpointID, err)
+	} else if mac.IsZero() || mac[0]&1 == 1 {
+		return nil, fmt.Errorf("%w: endpoint %s: MAC %s is not unicast", ErrInvalid, req.EndpointID, mac)
+	}
+
+	n, err := d.mustLockNetwork(req.NetworkID)
+	if err != nil {
+		return nil, err
+	}
+	defer n.mu.Unlock()
+	if _, ok := n.endpoints[req.EndpointID]; ok {
+		return nil, fmt.Errorf("%w: endpoint %s exists already in network %s", ErrConflict, req.EndpointID, n.id)
+	}
+	for _, a := range addrs {
+		if !slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a.Addr()) }) {
+			return nil, fmt.Errorf("%w: endpoint %s: address %s is in no subnet of network %s %v", ErrInvalid, req.EndpointID, a, n.id, n.subnets)
+		}
+	}
+	n.endpoints[req.EndpointID] = &endpoint{id: req.EndpointID, mac: mac, addrs: addrs}
+	resp := &api.CreateEndpointResponse{}
+	if assigned {
+		// Docker rejects a response that repeats what it supplied.
+		resp.Interface = &api.EndpointInterface{MacAddress: mac.String()}
+	}
+	return resp, nil
+}
+
+// DeleteEndpoint forgets the endpoint, leaving first if Docker did not.
+func (d *Driver) DeleteEndpoint(req *api.DeleteEndpointRequest) error {
+	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if err != nil {
+		return err
+	}
+	defer n.mu.Unlock()
+	if ep.joined {
+		if err := d.leave(n, ep); err != nil {
+			return err
+		}
+	}
+	delete(n.endpoints, ep.id)
+	return nil
+}
+
+// EndpointInfo reports what an operator would want to see in
+// `docker network inspect`.
+func (d *Driver) EndpointInfo(req *api.InfoRequest) (*api.InfoResponse, error) {
+	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer n.mu.Unlock()
+	v := map[string]string{"mac": ep.mac.String(), "vni": fmt.Sprint(n.vni)}
+	if ep.joined {
+		v["veth"] = ep.veth.HostName
+	}
+	return &api.InfoResponse{Value: v}, nil
+}
+
+// Join connects the endpoint: the network's sandbox is built on the first
+// local Join, a veth pair is attached to its bridge, and the host end is
+// handed to Docker to move into the container.
+func (d *Driver) Join(req *api.JoinRequest) (*api.JoinResponse, error) {
+	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if err != nil {
+		return nil, err
+	}
+	defer n.mu.Unlock()
+	if ep.joined {
+		return nil, fmt.Errorf("%w: endpoint %s is joined already", ErrConflict, ep.id)
+	}
+	created := n.sandbox == ""
+	if err := d.ensureSandbox(n); err != nil {
+		return nil, err
+	}
+	veth := vethFor(ep.id, ep.mac, n.mtu)
+	if err := d.kernel.AddVeth(n.sandbox, veth); err != nil {
+		if created {
+			if terr := d.teardownSandbox(n); terr != nil {
+				d.log.Error("undo sandbox after failed join", "network", n.id, "err", terr)
+			}
+		}
+		return nil, fmt.Errorf("join endpoint %s: %w", ep.id, err)
+	}
+	changes, err := n.peers.Add(peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true})
+	if err != nil {
+		// Unreachable: CreateEndpoint validated the addresses and MAC.
+		d.log.Error("local endpoint rejected by peer db", "endpoint", ep.id, "err", err)
+	}
+	if err := d.apply(n, changes); err != nil {
+		d.log.Warn("program peers after join", "network", n.id, "err", err)
+	}
+	ep.veth, ep.joined = veth, true
+	n.joined++
+
+	resp := &api.JoinResponse{InterfaceName: api.InterfaceName{SrcName: veth.HostName, DstPrefix: dstPrefix}}
+	// Other subnets of the network share its L2 segment: reach them on-link.
+	for _, s := range n.subnets {
+		if !slices.ContainsFunc(ep.addrs, func(a netip.Prefix) bool { return s.Contains(a.Addr()) }) &&
+			slices.ContainsFunc(ep.addrs, func(a netip.Prefix) bool { return a.Addr().Is4() == s.Addr().Is4() }) {
+			resp.StaticRoutes = append(resp.StaticRoutes, &api.StaticRoute{Destination: s.String(), RouteType: routeConnected})
+		}
+	}
+	return resp, nil
+}
+
+// routeConnected is libnetwork's types.CONNECTED: a route with no next hop.
+const routeConnected = 1
+
+// Leave disconnects the endpoint; the last Leave removes the sandbox.
+func (d *Driver) Leave(req *api.LeaveRequest) error {
+	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if err != nil {
+		return err
+	}
+	defer n.mu.Unlock()
+	if !ep.joined {
+		return fmt.Errorf("%w: endpoint %s is not joined", ErrConflict, ep.id)
+	}
+	return d.leave(n, ep)
+}
+
+// leave undoes join. Caller holds n.mu.
+func (d *Driver) leave(n *network, ep *endpoint) error {
+	if n.joined == 1 {
+		// The whole sandbox goes, veth and entries with it.
+		return d.teardownSandbox(n)
+	}
+	if err := d.kernel.DeleteVeth(n.sandbox, ep.veth.SandboxName); err != nil && !errors.Is(err, kernel.ErrNotFound) {
+		return fmt.Errorf("leave endpoint %s: %w", ep.id, err)
+	}
+	ep.joined = false
+	n.joined--
+	if err := d.apply(n, n.peers.Delete(ep.id)); err != nil {
+		d.log.Warn("program peers after leave", "network", n.id, "err", err)
+	}
+	return nil
+}
+
+// lockEndpoint locks the network and finds the endpoint in it.
+func (d *Driver) lockEndpoint(nid, eid string) (*network, *endpoint, error) {
+	if err := validID("endpoint", eid); err != nil {
+		return nil, nil, err
+	}
+	n, err := d.mustLockNetwork(nid)
+	if err != nil {
+		return nil, nil, err
+	}
+	ep, ok := n.endpoints[eid]
+	if !ok {
+		n.mu.Unlock()
+		return nil, nil, fmt.Errorf("endpoint %s in network %s: %w", eid, nid, ErrNotFound)
+	}
+	return n, ep, nil
+}
+
+// parseAddrs parses the CIDR addresses Docker gives an endpoint.
+func parseAddrs(v4, v6 string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range []string{v4, v6} {
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("address %q: want address/prefix-length: %v", s, err)
+		}
+		if (s == v4) != p.Addr().Is4() {
+			return nil, fmt.Errorf("address %q is in the wrong field", s)
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no IPv4 or IPv6 address")
+	}
+	return out, nil
+}

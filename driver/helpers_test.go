@@ -1,0 +1,67 @@
+package driver
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	api "github.com/docker/go-plugins-helpers/network"
+	"go.etcd.io/bbolt"
+
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/vni"
+)
+
+// stubUnderlay is a host with one 1500-byte interface.
+type stubUnderlay struct{ addr netip.Addr }
+
+func (u stubUnderlay) DefaultAddr() (netip.Addr, error) { return u.addr, nil }
+func (u stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
+
+var localVTEP = netip.MustParseAddr("198.51.100.1")
+
+func newTestDriver(t testing.TB, k kernel.Kernel) *Driver {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	alloc, err := vni.Open(db, vni.DefaultRange)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func newFake(t testing.TB) (*Driver, *fakekernel.Kernel) {
+	k := fakekernel.New()
+	return newTestDriver(t, k), k
+}
+
+// createNet creates network id with VNI v and a dual-stack pool, as Docker
+// would after AllocateNetwork.
+func createNetReq(id string, v uint32) *api.CreateNetworkRequest {
+	return &api.CreateNetworkRequest{
+		NetworkID: id,
+		Options:   map[string]any{genericOptionsKey: map[string]any{OptVNI: fmt.Sprint(v)}},
+		IPv4Data:  []*api.IPAMData{{Pool: "10.1.0.0/16", Gateway: "10.1.0.1/16"}},
+		IPv6Data:  []*api.IPAMData{{Pool: "fd00:1::/64"}},
+	}
+}
+
+func endpointReq(nid, eid string, i int) *api.CreateEndpointRequest {
+	return &api.CreateEndpointRequest{NetworkID: nid, EndpointID: eid, Interface: &api.EndpointInterface{
+		Address:     fmt.Sprintf("10.1.0.%d/16", 10+i),
+		AddressIPv6: fmt.Sprintf("fd00:1::%x/64", 10+i),
+	}}
+}

@@ -1,0 +1,295 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	api "github.com/docker/go-plugins-helpers/network"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// VXLAN encapsulation overhead: outer IP + UDP + VXLAN + inner Ethernet.
+const (
+	overheadIPv4 = 20 + 8 + 8 + 14
+	overheadIPv6 = 40 + 8 + 8 + 14
+)
+
+// network is one overlay network on this host.
+type network struct {
+	// mu guards every field below and the kernel state of the network's
+	// sandbox. Top of the lock order: taken before Driver.mu, never while
+	// holding Driver.mu or another network's mu.
+	mu sync.Mutex
+
+	id      string
+	vni     uint32
+	opts    netOptions
+	subnets []netip.Prefix
+
+	endpoints map[string]*endpoint
+	// peers holds every endpoint of the network, local ones marked Local;
+	// its bindings are the desired neighbour entries.
+	peers peerdb.DB
+	// fdb counts the bindings that use each (VTEP, MAC) FDB entry; an entry
+	// is in the kernel while its count is positive and a sandbox exists.
+	fdb countmap.Map[kernel.FDBEntry]
+	// sandbox is the kernel sandbox's name, empty while no local endpoint
+	// is joined.
+	sandbox string
+	mtu     int
+	joined  int
+}
+
+func (d *Driver) GetCapabilities() (*api.CapabilitiesResponse, error) {
+	return &api.CapabilitiesResponse{Scope: api.GlobalScope, ConnectivityScope: api.GlobalScope}, nil
+}
+
+// AllocateNetwork runs on the swarm leader. It reserves the network's VNI
+// (the user's choice, or the next free one) and returns the user's options
+// plus the VNI; Docker hands exactly these to every node's CreateNetwork. A
+// new leader calls it again with the options returned before, which
+// re-reserves the same VNI.
+func (d *Driver) AllocateNetwork(req *api.AllocateNetworkRequest) (*api.AllocateNetworkResponse, error) {
+	if err := validID("network", req.NetworkID); err != nil {
+		return nil, err
+	}
+	opts, err := parseOptions(req.Options)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	id := opts.vni
+	if id != 0 {
+		if err := d.vnis.Reserve(req.NetworkID, id); err != nil {
+			return nil, err
+		}
+	} else if id, err = d.vnis.Allocate(req.NetworkID); err != nil {
+		return nil, err
+	}
+	out := maps.Clone(req.Options)
+	if out == nil {
+		out = map[string]string{}
+	}
+	delete(out, optVNIAlias)
+	out[OptVNI] = strconv.FormatUint(uint64(id), 10)
+	d.log.Info("allocated network", "network", req.NetworkID, "vni", id)
+	return &api.AllocateNetworkResponse{Options: out}, nil
+}
+
+// FreeNetwork releases the network's VNI on the leader.
+func (d *Driver) FreeNetwork(req *api.FreeNetworkRequest) error {
+	if err := validID("network", req.NetworkID); err != nil {
+		return err
+	}
+	return d.vnis.Release(req.NetworkID)
+}
+
+// CreateNetwork records the network on this node. The sandbox is built
+// lazily on the first local Join. Creating an id that exists is an error;
+// one that is being deleted waits for the delete to finish.
+func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
+	if err := validID("network", req.NetworkID); err != nil {
+		return err
+	}
+	generic, err := genericOptions(req.Options)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	opts, err := parseOptions(generic)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if opts.vni == 0 {
+		return fmt.Errorf("%w: network %s has no %s option: it must be created through the swarm (AllocateNetwork)", ErrInvalid, req.NetworkID, OptVNI)
+	}
+	subnets, err := poolsOf(req.IPv4Data, req.IPv6Data)
+	if err != nil {
+		return fmt.Errorf("%w: network %s: %v", ErrInvalid, req.NetworkID, err)
+	}
+	n := &network{
+		id:        req.NetworkID,
+		vni:       opts.vni,
+		opts:      opts,
+		subnets:   subnets,
+		endpoints: map[string]*endpoint{},
+		fdb:       countmap.Map[kernel.FDBEntry]{},
+	}
+	// n is complete before it is published, so nothing needs its lock yet.
+	for {
+		if old := d.lockNetwork(n.id); old != nil {
+			old.mu.Unlock()
+			return fmt.Errorf("%w: network %s exists already", ErrConflict, n.id)
+		}
+		d.mu.Lock()
+		if _, taken := d.networks[n.id]; taken {
+			// Created by someone else since lockNetwork looked: look again.
+			d.mu.Unlock()
+			continue
+		}
+		for _, other := range d.networks {
+			if other.vni == n.vni {
+				d.mu.Unlock()
+				return fmt.Errorf("%w: VNI %d is used by network %s on this node", ErrConflict, n.vni, other.id)
+			}
+		}
+		d.networks[n.id] = n
+		d.mu.Unlock()
+		break
+	}
+	d.log.Info("created network", "network", n.id, "vni", n.vni, "subnets", subnets)
+	return nil
+}
+
+// DeleteNetwork removes the network and its sandbox. If the sandbox cannot
+// be removed the network stays, so that the delete can be retried.
+func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
+	n, err := d.mustLockNetwork(req.NetworkID)
+	if err != nil {
+		return err
+	}
+	defer n.mu.Unlock()
+	if err := d.teardownSandbox(n); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	// Still the instance we locked: lockNetwork guarantees it, and only a
+	// holder of n.mu removes n.
+	delete(d.networks, n.id)
+	d.mu.Unlock()
+	d.log.Info("deleted network", "network", n.id)
+	return nil
+}
+
+// ensureSandbox builds the network's sandbox if it has none and programs
+// every remote binding the peer db holds. Caller holds n.mu.
+func (d *Driver) ensureSandbox(n *network) error {
+	if n.sandbox != "" {
+		return nil
+	}
+	local, err := d.localVTEP()
+	if err != nil {
+		return err
+	}
+	underMTU, err := d.underlay.MTU(local)
+	if err != nil {
+		return fmt.Errorf("underlay MTU: %w", err)
+	}
+	mtu := underMTU - overheadIPv4
+	if local.Is6() {
+		mtu = underMTU - overheadIPv6
+	}
+	if n.opts.mtu != 0 && n.opts.mtu < mtu {
+		mtu = n.opts.mtu
+	}
+	if mtu < 1280 && len(n.subnets) > 0 && n.subnets[0].Addr().Is6() {
+		return fmt.Errorf("underlay MTU %d leaves %d for the overlay, below IPv6's minimum of 1280", underMTU, mtu)
+	}
+	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: d.port, Local: local, MTU: mtu}
+	if err := d.kernel.CreateSandbox(spec); err != nil {
+		return fmt.Errorf("create sandbox for network %s: %w", n.id, err)
+	}
+	n.sandbox, n.mtu = n.id, mtu
+	clear(n.fdb)
+	var errs []error
+	for ip, b := range n.peers.Bindings() {
+		errs = append(errs, d.program(n, peerdb.Change{IP: ip, New: &b}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		d.log.Warn("replaying peers into new sandbox", "network", n.id, "err", err)
+	}
+	d.log.Info("created sandbox", "network", n.id, "vni", n.vni, "vtep", local, "mtu", mtu)
+	return nil
+}
+
+// teardownSandbox removes the sandbox, if any, with every veth in it. The
+// endpoints stay, unjoined. Caller holds n.mu.
+func (d *Driver) teardownSandbox(n *network) error {
+	if n.sandbox == "" {
+		return nil
+	}
+	if err := d.kernel.DeleteSandbox(n.sandbox); err != nil && !errors.Is(err, kernel.ErrNotFound) {
+		return fmt.Errorf("delete sandbox of network %s: %w", n.id, err)
+	}
+	for _, ep := range n.endpoints {
+		if ep.joined {
+			ep.joined = false
+			n.peers.Delete(ep.id)
+		}
+	}
+	n.sandbox, n.joined = "", 0
+	clear(n.fdb)
+	d.log.Info("removed sandbox", "network", n.id)
+	return nil
+}
+
+// apply programs a batch of ownership changes. Caller holds n.mu.
+func (d *Driver) apply(n *network, changes []peerdb.Change) error {
+	var errs []error
+	for _, c := range changes {
+		errs = append(errs, d.program(n, c))
+	}
+	return errors.Join(errs...)
+}
+
+// program turns one ownership change into neighbour and FDB updates. Local
+// owners need no entry: the bridge reaches them directly. The FDB entry of
+// a (VTEP, MAC) is added with its first binding and removed with its last.
+// The peer db is updated whether or not the kernel accepted the change, so
+// it stays the desired state. Caller holds n.mu.
+func (d *Driver) program(n *network, c peerdb.Change) error {
+	if n.sandbox == "" {
+		return nil
+	}
+	var errs []error
+	if c.New != nil && !c.New.Local {
+		if err := d.kernel.SetNeighbor(n.sandbox, kernel.Neighbor{IP: c.IP, MAC: c.New.MAC}); err != nil {
+			errs = append(errs, err)
+		}
+		e := kernel.FDBEntry{MAC: c.New.MAC, VTEP: c.New.VTEP}
+		if n.fdb.Add(e, 1) == 1 {
+			if err := d.kernel.AddFDB(n.sandbox, e); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	} else if c.Old != nil && !c.Old.Local {
+		if err := d.kernel.DeleteNeighbor(n.sandbox, c.IP); err != nil && !errors.Is(err, kernel.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if c.Old != nil && !c.Old.Local {
+		e := kernel.FDBEntry{MAC: c.Old.MAC, VTEP: c.Old.VTEP}
+		if n.fdb.Add(e, -1) == 0 {
+			if err := d.kernel.DeleteFDB(n.sandbox, e); err != nil && !errors.Is(err, kernel.ErrNotFound) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("program %s in network %s: %w", c.IP, n.id, err)
+	}
+	return nil
+}
+
+// poolsOf parses the IPAM pools Docker assigned to the network.
+func poolsOf(v4, v6 []*api.IPAMData) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, list := range [][]*api.IPAMData{v4, v6} {
+		for _, p := range list {
+			if p == nil {
+				return nil, errors.New("null IPAM data")
+			}
+			pfx, err := netip.ParsePrefix(p.Pool)
+			if err != nil {
+				return nil, fmt.Errorf("IPAM pool %q: %v", p.Pool, err)
+			}
+			out = append(out, pfx.Masked())
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,49 @@
+package driver
+
+import (
+	"fmt"
+
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// AddPeer records a remote endpoint of a network and programs it if the
+// network has a sandbox here; otherwise it is replayed when the sandbox is
+// built. p is the caller's value: the driver keeps its own copy.
+func (d *Driver) AddPeer(networkID string, p peerdb.Peer) error {
+	if p.Local {
+		return fmt.Errorf("%w: peer %s: only remote peers can be added", ErrInvalid, p.EndpointID)
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	n, err := d.mustLockNetwork(networkID)
+	if err != nil {
+		return err
+	}
+	defer n.mu.Unlock()
+	if _, local := n.endpoints[p.EndpointID]; local {
+		return fmt.Errorf("%w: endpoint %s is local to this host", ErrConflict, p.EndpointID)
+	}
+	changes, err := n.peers.Add(p)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return d.apply(n, changes)
+}
+
+// DeletePeer removes a remote endpoint. Removing one that is not there is
+// not an error: deletes may repeat.
+func (d *Driver) DeletePeer(networkID, endpointID string) error {
+	if err := validID("endpoint", endpointID); err != nil {
+		return err
+	}
+	n, err := d.mustLockNetwork(networkID)
+	if err != nil {
+		return err
+	}
+	defer n.mu.Unlock()
+	if _, local := n.endpoints[endpointID]; local {
+		return fmt.Errorf("%w: endpoint %s is local to this host", ErrConflict, endpointID)
+	}
+	return d.apply(n, n.peers.Delete(endpointID))
+}

@@ -1,0 +1,86 @@
+package driver
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// NetworkState is a point-in-time copy of one network, for inspection.
+type NetworkState struct {
+	ID        string          `json:"id"`
+	VNI       uint32          `json:"vni"`
+	Subnets   []netip.Prefix  `json:"subnets"`
+	Sandbox   string          `json:"sandbox,omitempty"`
+	MTU       int             `json:"mtu,omitempty"`
+	Endpoints []EndpointState `json:"endpoints"`
+	Peers     []peerdb.Peer   `json:"peers"`
+	// Kernel is what the sandbox holds now, read back from the kernel.
+	Kernel *KernelState `json:"kernel,omitempty"`
+}
+
+// EndpointState is one local endpoint.
+type EndpointState struct {
+	ID       string         `json:"id"`
+	MAC      hwaddr.MAC     `json:"mac"`
+	Addrs    []netip.Prefix `json:"addrs"`
+	Joined   bool           `json:"joined"`
+	HostVeth string         `json:"hostVeth,omitempty"`
+}
+
+// KernelState lists the static entries programmed in a sandbox.
+type KernelState struct {
+	Neighbors []kernel.Neighbor `json:"neighbors"`
+	FDB       []kernel.FDBEntry `json:"fdb"`
+	Error     string            `json:"error,omitempty"`
+}
+
+// State returns copies of every network, sorted by id; each network is read
+// under its own lock, so each is consistent in itself.
+func (d *Driver) State() []NetworkState {
+	ids := d.networkIDs()
+	slices.Sort(ids)
+	out := make([]NetworkState, 0, len(ids))
+	for _, id := range ids {
+		n := d.lockNetwork(id)
+		if n == nil {
+			continue
+		}
+		out = append(out, d.networkState(n))
+		n.mu.Unlock()
+	}
+	return out
+}
+
+func (d *Driver) networkState(n *network) NetworkState {
+	s := NetworkState{ID: n.id, VNI: n.vni, Subnets: slices.Clone(n.subnets), Sandbox: n.sandbox, MTU: n.mtu,
+		Endpoints: []EndpointState{}, Peers: n.peers.Peers()}
+	for _, ep := range n.endpoints {
+		e := EndpointState{ID: ep.id, MAC: ep.mac, Addrs: slices.Clone(ep.addrs), Joined: ep.joined}
+		if ep.joined {
+			e.HostVeth = ep.veth.HostName
+		}
+		s.Endpoints = append(s.Endpoints, e)
+	}
+	slices.SortFunc(s.Endpoints, func(a, b EndpointState) int { return cmp.Compare(a.ID, b.ID) })
+	if n.sandbox != "" {
+		ks := &KernelState{}
+		var err error
+		if ks.Neighbors, err = d.kernel.Neighbors(n.sandbox); err != nil {
+			ks.Error = err.Error()
+		}
+		if ks.FDB, err = d.kernel.FDB(n.sandbox); err != nil {
+			ks.Error = err.Error()
+		}
+		slices.SortFunc(ks.Neighbors, func(a, b kernel.Neighbor) int { return a.IP.Compare(b.IP) })
+		slices.SortFunc(ks.FDB, func(a, b kernel.FDBEntry) int {
+			return cmp.Or(cmp.Compare(a.MAC.String(), b.MAC.String()), a.VTEP.Compare(b.VTEP))
+		})
+		s.Kernel = ks
+	}
+	return s
+}

@@ -1,0 +1,335 @@
+// Package fakekernel is an in-memory kernel.Kernel for tests. It records the
+// sandboxes, veths, neighbour and FDB entries that would be programmed,
+// enforces the same existence rules as the real kernel, and can inject a
+// failure into any operation.
+package fakekernel
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+)
+
+// Op names an operation for fault injection.
+type Op string
+
+const (
+	OpCreateSandbox  Op = "CreateSandbox"
+	OpDeleteSandbox  Op = "DeleteSandbox"
+	OpAddVeth        Op = "AddVeth"
+	OpDeleteVeth     Op = "DeleteVeth"
+	OpSetNeighbor    Op = "SetNeighbor"
+	OpDeleteNeighbor Op = "DeleteNeighbor"
+	OpAddFDB         Op = "AddFDB"
+	OpDeleteFDB      Op = "DeleteFDB"
+)
+
+// Sandbox is a snapshot of one sandbox's state.
+type Sandbox struct {
+	Spec      kernel.SandboxSpec
+	Veths     map[string]kernel.Veth // by sandbox-end name
+	Neighbors map[netip.Addr]hwaddr.MAC
+	FDB       map[kernel.FDBEntry]bool
+}
+
+func (s *Sandbox) clone() *Sandbox {
+	c := &Sandbox{
+		Spec:      s.Spec,
+		Veths:     make(map[string]kernel.Veth, len(s.Veths)),
+		Neighbors: make(map[netip.Addr]hwaddr.MAC, len(s.Neighbors)),
+		FDB:       make(map[kernel.FDBEntry]bool, len(s.FDB)),
+	}
+	for k, v := range s.Veths {
+		c.Veths[k] = v
+	}
+	for k, v := range s.Neighbors {
+		c.Neighbors[k] = v
+	}
+	for k, v := range s.FDB {
+		c.FDB[k] = v
+	}
+	return c
+}
+
+// Kernel is the fake. The zero value is not usable; call New.
+type Kernel struct {
+	// mu guards every field below. It is a leaf: nothing else is locked
+	// while it is held, and the fault hook is called without it.
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox
+	hostLinks map[string]string // host-end veth name -> sandbox
+	vnis      map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
+	calls     map[Op]int
+
+	// faultMu guards fault. Taken alone.
+	faultMu sync.Mutex
+	fault   func(op Op, sandbox string) error
+}
+
+// New returns an empty fake kernel.
+func New() *Kernel {
+	return &Kernel{
+		sandboxes: map[string]*Sandbox{},
+		hostLinks: map[string]string{},
+		vnis:      map[uint32]string{},
+		calls:     map[Op]int{},
+	}
+}
+
+// SetFault installs a hook consulted before every mutating operation; a
+// non-nil error fails the operation with no state change. nil removes it.
+func (k *Kernel) SetFault(f func(op Op, sandbox string) error) {
+	k.faultMu.Lock()
+	k.fault = f
+	k.faultMu.Unlock()
+}
+
+func (k *Kernel) check(op Op, sandbox string) error {
+	k.faultMu.Lock()
+	f := k.fault
+	k.faultMu.Unlock()
+	if f != nil {
+		if err := f(op, sandbox); err != nil {
+			return err
+		}
+	}
+	k.mu.Lock()
+	k.calls[op]++
+	k.mu.Unlock()
+	return nil
+}
+
+// Calls reports how many times op succeeded past fault injection.
+func (k *Kernel) Calls(op Op) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.calls[op]
+}
+
+// Snapshot returns a deep copy of every sandbox.
+func (k *Kernel) Snapshot() map[string]*Sandbox {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string]*Sandbox, len(k.sandboxes))
+	for n, s := range k.sandboxes {
+		out[n] = s.clone()
+	}
+	return out
+}
+
+// AddLeftover plants a sandbox as if a previous run had left it.
+func (k *Kernel) AddLeftover(spec kernel.SandboxSpec) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.sandboxes[spec.Name] = &Sandbox{Spec: spec, Veths: map[string]kernel.Veth{},
+		Neighbors: map[netip.Addr]hwaddr.MAC{}, FDB: map[kernel.FDBEntry]bool{}}
+	k.vnis[spec.VNI] = spec.Name
+}
+
+func (k *Kernel) sandbox(name string) (*Sandbox, error) {
+	s, ok := k.sandboxes[name]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", name, kernel.ErrNotFound)
+	}
+	return s, nil
+}
+
+func (k *Kernel) CreateSandbox(spec kernel.SandboxSpec) error {
+	if err := k.check(OpCreateSandbox, spec.Name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.sandboxes[spec.Name]; ok {
+		return fmt.Errorf("sandbox %q: %w", spec.Name, kernel.ErrExists)
+	}
+	if other, ok := k.vnis[spec.VNI]; ok {
+		return fmt.Errorf("VXLAN VNI %d used by sandbox %q: %w", spec.VNI, other, kernel.ErrExists)
+	}
+	k.sandboxes[spec.Name] = &Sandbox{Spec: spec, Veths: map[string]kernel.Veth{},
+		Neighbors: map[netip.Addr]hwaddr.MAC{}, FDB: map[kernel.FDBEntry]bool{}}
+	k.vnis[spec.VNI] = spec.Name
+	return nil
+}
+
+func (k *Kernel) DeleteSandbox(name string) error {
+	if err := k.check(OpDeleteSandbox, name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(name)
+	if err != nil {
+		return err
+	}
+	for _, v := range s.Veths {
+		delete(k.hostLinks, v.HostName)
+	}
+	delete(k.vnis, s.Spec.VNI)
+	delete(k.sandboxes, name)
+	return nil
+}
+
+func (k *Kernel) Sandboxes() ([]string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	names := make([]string, 0, len(k.sandboxes))
+	for n := range k.sandboxes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (k *Kernel) RemoveLeftovers() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	clear(k.sandboxes)
+	clear(k.hostLinks)
+	clear(k.vnis)
+	return nil
+}
+
+func (k *Kernel) AddVeth(sandbox string, v kernel.Veth) error {
+	if err := k.check(OpAddVeth, sandbox); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	if _, ok := k.hostLinks[v.HostName]; ok {
+		return fmt.Errorf("link %q: %w", v.HostName, kernel.ErrExists)
+	}
+	if _, ok := s.Veths[v.SandboxName]; ok {
+		return fmt.Errorf("link %q in sandbox %q: %w", v.SandboxName, sandbox, kernel.ErrExists)
+	}
+	s.Veths[v.SandboxName] = v
+	k.hostLinks[v.HostName] = sandbox
+	return nil
+}
+
+func (k *Kernel) DeleteVeth(sandbox, sandboxName string) error {
+	if err := k.check(OpDeleteVeth, sandbox); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	v, ok := s.Veths[sandboxName]
+	if !ok {
+		return fmt.Errorf("link %q in sandbox %q: %w", sandboxName, sandbox, kernel.ErrNotFound)
+	}
+	delete(s.Veths, sandboxName)
+	delete(k.hostLinks, v.HostName)
+	return nil
+}
+
+func (k *Kernel) SetNeighbor(sandbox string, n kernel.Neighbor) error {
+	if err := k.check(OpSetNeighbor, sandbox); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	s.Neighbors[n.IP] = n.MAC
+	return nil
+}
+
+func (k *Kernel) DeleteNeighbor(sandbox string, ip netip.Addr) error {
+	if err := k.check(OpDeleteNeighbor, sandbox); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	if _, ok := s.Neighbors[ip]; !ok {
+		return fmt.Errorf("neighbour %s in sandbox %q: %w", ip, sandbox, kernel.ErrNotFound)
+	}
+	delete(s.Neighbors, ip)
+	return nil
+}
+
+func (k *Kernel) AddFDB(sandbox string, e kernel.FDBEntry) error {
+	if err := k.check(OpAddFDB, sandbox); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	if !e.MAC.IsZero() {
+		// A unicast MAC has one destination: adding it again replaces.
+		for old := range s.FDB {
+			if old.MAC == e.MAC {
+				delete(s.FDB, old)
+			}
+		}
+	}
+	s.FDB[e] = true
+	return nil
+}
+
+func (k *Kernel) DeleteFDB(sandbox string, e kernel.FDBEntry) error {
+	if err := k.check(OpDeleteFDB, sandbox); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	if !s.FDB[e] {
+		return fmt.Errorf("fdb %s dst %s in sandbox %q: %w", e.MAC, e.VTEP, sandbox, kernel.ErrNotFound)
+	}
+	delete(s.FDB, e)
+	return nil
+}
+
+func (k *Kernel) Neighbors(sandbox string) ([]kernel.Neighbor, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]kernel.Neighbor, 0, len(s.Neighbors))
+	for ip, mac := range s.Neighbors {
+		out = append(out, kernel.Neighbor{IP: ip, MAC: mac})
+	}
+	return out, nil
+}
+
+func (k *Kernel) FDB(sandbox string) ([]kernel.FDBEntry, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]kernel.FDBEntry, 0, len(s.FDB))
+	for e := range s.FDB {
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+var _ kernel.Kernel = (*Kernel)(nil)
