@@ -60,11 +60,11 @@ type Config struct {
 
 // Driver implements go-plugins-helpers' network.Driver.
 type Driver struct {
-	kernel    kernel.Kernel
-	underlay  Underlay
-	vnis      *vni.Allocator
-	port      uint16
-	log       *slog.Logger
+	kernel     kernel.Kernel
+	underlay   Underlay
+	vnis       *vni.Allocator
+	port       uint16
+	log        *slog.Logger
 	configured netip.Addr // AdvertiseAddr from Config; immutable
 
 	// mu guards networks and discovered. Bottom of the lock order: hold
