@@ -49,6 +49,9 @@ func (d *Driver) DiscoverNew(n *api.DiscoveryNotification) error {
 		return nil
 	}
 	d.log.Debug("docker reports a swarm node", "addr", nd.Address)
+	if cp := d.controlPlane(); cp != nil {
+		cp.NodeHint(nd.Address)
+	}
 	return nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/vni"
@@ -66,6 +67,9 @@ type Driver struct {
 	port       uint16
 	log        *slog.Logger
 	configured netip.Addr // AdvertiseAddr from Config; immutable
+	// cp is the control plane, nil until SetControlPlane. Atomic rather
+	// than under mu: it is read under network locks on every join.
+	cp atomic.Pointer[ControlPlane]
 
 	// mu guards networks and discovered. Bottom of the lock order: hold
 	// nothing else's lock while taking it and call nothing while holding it.

@@ -68,6 +68,7 @@ func TestAllocateNetwork(t *testing.T) {
 		"unknown key":  {"vni": "300"},
 		"encrypted":    {OptEncrypted: ""},
 		"bad mtu":      {OptMTU: "100"},
+		"bad flood":    {OptFlood: "maybe"},
 	} {
 		if _, err := d.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: "n3", Options: opts}); err == nil {
 			t.Errorf("%s: AllocateNetwork(%v) succeeded", name, opts)

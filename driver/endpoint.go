@@ -155,6 +155,9 @@ func (d *Driver) Join(req *api.JoinRequest) (*api.JoinResponse, error) {
 	}
 	ep.veth, ep.joined = veth, true
 	n.joined++
+	if cp := d.controlPlane(); cp != nil {
+		cp.Publish(n.id, peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true})
+	}
 
 	resp := &api.JoinResponse{InterfaceName: api.InterfaceName{SrcName: veth.HostName, DstPrefix: dstPrefix}}
 	// Other subnets of the network share its L2 segment: reach them on-link.
@@ -196,6 +199,9 @@ func (d *Driver) leave(n *network, ep *endpoint) error {
 	n.joined--
 	if err := d.apply(n, n.peers.Delete(ep.id)); err != nil {
 		d.log.Warn("program peers after leave", "network", n.id, "err", err)
+	}
+	if cp := d.controlPlane(); cp != nil {
+		cp.Retract(n.id, ep.id)
 	}
 	return nil
 }

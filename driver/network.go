@@ -40,6 +40,9 @@ type network struct {
 	// fdb counts the bindings that use each (VTEP, MAC) FDB entry; an entry
 	// is in the kernel while its count is positive and a sandbox exists.
 	fdb countmap.Map[kernel.FDBEntry]
+	// vteps counts the unicast FDB entries per remote VTEP; with the flood
+	// option, a VTEP has a flood entry while its count is positive.
+	vteps countmap.Map[netip.Addr]
 	// sandbox is the kernel sandbox's name, empty while no local endpoint
 	// is joined.
 	sandbox string
@@ -119,6 +122,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		subnets:   subnets,
 		endpoints: map[string]*endpoint{},
 		fdb:       countmap.Map[kernel.FDBEntry]{},
+		vteps:     countmap.Map[netip.Addr]{},
 	}
 	// n is complete before it is published, so nothing needs its lock yet.
 	for {
@@ -142,7 +146,10 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		d.mu.Unlock()
 		break
 	}
-	d.log.Info("created network", "network", n.id, "vni", n.vni, "subnets", subnets)
+	if cp := d.controlPlane(); cp != nil {
+		cp.NetworkAdded(n.id)
+	}
+	d.log.Info("created network", "network", n.id, "vni", n.vni, "subnets", subnets, "flood", opts.flood)
 	return nil
 }
 
@@ -196,6 +203,10 @@ func (d *Driver) ensureSandbox(n *network) error {
 	}
 	n.sandbox, n.mtu = n.id, mtu
 	clear(n.fdb)
+	clear(n.vteps)
+	if cp := d.controlPlane(); cp != nil {
+		d.syncRemotePeers(n, cp.Snapshot(n.id))
+	}
 	var errs []error
 	for ip, b := range n.peers.Bindings() {
 		errs = append(errs, d.program(n, peerdb.Change{IP: ip, New: &b}))
@@ -216,14 +227,19 @@ func (d *Driver) teardownSandbox(n *network) error {
 	if err := d.kernel.DeleteSandbox(n.sandbox); err != nil && !errors.Is(err, kernel.ErrNotFound) {
 		return fmt.Errorf("delete sandbox of network %s: %w", n.id, err)
 	}
+	cp := d.controlPlane()
 	for _, ep := range n.endpoints {
 		if ep.joined {
 			ep.joined = false
 			n.peers.Delete(ep.id)
+			if cp != nil {
+				cp.Retract(n.id, ep.id)
+			}
 		}
 	}
 	n.sandbox, n.joined = "", 0
 	clear(n.fdb)
+	clear(n.vteps)
 	d.log.Info("removed sandbox", "network", n.id)
 	return nil
 }
@@ -256,6 +272,11 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 			if err := d.kernel.AddFDB(n.sandbox, e); err != nil {
 				errs = append(errs, err)
 			}
+			if n.vteps.Add(e.VTEP, 1) == 1 && n.opts.flood {
+				if err := d.kernel.AddFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP}); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
 	} else if c.Old != nil && !c.Old.Local {
 		if err := d.kernel.DeleteNeighbor(n.sandbox, c.IP); err != nil && !errors.Is(err, kernel.ErrNotFound) {
@@ -267,6 +288,12 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 		if n.fdb.Add(e, -1) == 0 {
 			if err := d.kernel.DeleteFDB(n.sandbox, e); err != nil && !errors.Is(err, kernel.ErrNotFound) {
 				errs = append(errs, err)
+			}
+			if n.vteps.Add(e.VTEP, -1) == 0 && n.opts.flood {
+				err := d.kernel.DeleteFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP})
+				if err != nil && !errors.Is(err, kernel.ErrNotFound) {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}

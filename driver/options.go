@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,6 +23,11 @@ const (
 	OptMTU = "com.docker.network.driver.mtu"
 	// OptEncrypted asks for IPsec; Docker sends it as "encrypted":"".
 	OptEncrypted = "encrypted"
+	// OptFlood turns on broadcast and multicast between hosts by head-end
+	// replication: an all-zero FDB entry to every VTEP with endpoints in the
+	// network. Off by default, as in Docker's overlay (libnetwork #552),
+	// because every broadcast is then sent once per remote host.
+	OptFlood = "flood"
 
 	genericOptionsKey = "com.docker.network.generic"
 )
@@ -31,6 +37,7 @@ type netOptions struct {
 	vni       uint32 // 0: not chosen
 	mtu       int    // 0: from the underlay
 	encrypted bool
+	flood     bool
 }
 
 // parseOptions validates user options. Keys under com.docker. that this
@@ -61,9 +68,15 @@ func parseOptions(opts map[string]string) (netOptions, error) {
 				return o, fmt.Errorf("option %s=%q: give it without a value (--opt %s)", k, v, k)
 			}
 			o.encrypted = true
+		case OptFlood:
+			b, err := parseBool(v)
+			if err != nil {
+				return o, fmt.Errorf("option %s=%q: %v", k, v, err)
+			}
+			o.flood = b
 		default:
 			if !strings.HasPrefix(k, "com.docker.") {
-				return o, fmt.Errorf("unknown network option %q (known: %s, %s, %s)", k, OptVNI, OptMTU, OptEncrypted)
+				return o, fmt.Errorf("unknown network option %q (known: %s, %s, %s, %s)", k, OptVNI, OptMTU, OptEncrypted, OptFlood)
 			}
 		}
 	}
@@ -71,6 +84,17 @@ func parseOptions(opts map[string]string) (netOptions, error) {
 		return o, fmt.Errorf("option %s: this build of the plugin cannot encrypt yet; create the network without it", OptEncrypted)
 	}
 	return o, nil
+}
+
+// parseBool reads a flag option: present without a value means true.
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "true", "1", "yes", "on":
+		return true, nil
+	case "false", "0", "no", "off":
+		return false, nil
+	}
+	return false, errors.New("want true or false")
 }
 
 func parseVNIList(v string) (uint32, error) {

@@ -108,7 +108,11 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 				eid := fmt.Sprintf("ep%d", r.IntN(locals))
 				switch r.IntN(10) {
 				case 0:
-					_ = d.CreateNetwork(createNetReq(n, vniOf(n)))
+					req := createNetReq(n, vniOf(n))
+					if n == "net1" {
+						req.Options[genericOptionsKey].(map[string]any)[OptFlood] = ""
+					}
+					_ = d.CreateNetwork(req)
 				case 1:
 					if r.IntN(3) == 0 { // deletes rarer than creates
 						_ = d.DeleteNetwork(&api.DeleteNetworkRequest{NetworkID: n})
@@ -225,6 +229,15 @@ func checkInvariants(t *testing.T, d *Driver, fake *fakekernel.Kernel) {
 				e := kernel.FDBEntry{MAC: b.MAC, VTEP: b.VTEP}
 				wantFDB[e] = true
 				wantCount.Add(e, 1)
+			}
+			wantVTEPs := countmap.Map[netip.Addr]{}
+			for e := range wantCount {
+				if wantVTEPs.Add(e.VTEP, 1) == 1 && n.opts.flood {
+					wantFDB[kernel.FDBEntry{VTEP: e.VTEP}] = true
+				}
+			}
+			if !maps.Equal(n.vteps, wantVTEPs) {
+				t.Errorf("%s: VTEP refcounts %v, want %v", id, n.vteps, wantVTEPs)
 			}
 			if !maps.Equal(sb.Neighbors, wantNeigh) {
 				t.Errorf("%s: neighbours %v, want %v", id, sb.Neighbors, wantNeigh)
