@@ -16,7 +16,6 @@ import (
 // Container-facing interface names: Docker renames SrcName to
 // DstPrefix+N inside the container.
 const (
-	hostVethPrefix    = "ovh"
 	sandboxVethPrefix = "ovs"
 	dstPrefix         = "eth"
 )
@@ -41,7 +40,7 @@ func (ep *endpoint) ips() []netip.Addr {
 
 func vethFor(eid string, mac hwaddr.MAC, mtu int) kernel.Veth {
 	short := eid[:min(len(eid), 12)]
-	return kernel.Veth{HostName: hostVethPrefix + short, SandboxName: sandboxVethPrefix + short, MAC: mac, MTU: mtu}
+	return kernel.Veth{HostName: kernel.HostVethPrefix + short, SandboxName: sandboxVethPrefix + short, MAC: mac, MTU: mtu}
 }
 
 // CreateEndpoint records the endpoint with the addresses swarm's IPAM chose

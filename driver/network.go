@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -194,7 +195,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if n.opts.mtu != 0 && n.opts.mtu < mtu {
 		mtu = n.opts.mtu
 	}
-	if mtu < 1280 && len(n.subnets) > 0 && n.subnets[0].Addr().Is6() {
+	if mtu < 1280 && slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
 		return fmt.Errorf("underlay MTU %d leaves %d for the overlay, below IPv6's minimum of 1280", underMTU, mtu)
 	}
 	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: d.port, Local: local, MTU: mtu}

@@ -1,0 +1,56 @@
+package testns_test
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/testns"
+)
+
+func current(t *testing.T) string {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	h, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	return h.UniqueId()
+}
+
+func TestNewAndDo(t *testing.T) {
+	ns := testns.New(t)
+	start := current(t)
+	if ns.UniqueId() == start {
+		t.Fatalf("New returned the current namespace")
+	}
+	var inside string
+	if err := testns.Do(ns, func() error {
+		h, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		inside = h.UniqueId()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if inside != ns.UniqueId() {
+		t.Errorf("Do ran in %s, want %s", inside, ns.UniqueId())
+	}
+	if got := current(t); got != start {
+		t.Errorf("namespace of the test goroutine changed: %s -> %s", start, got)
+	}
+	sentinel := errors.New("from f")
+	if err := testns.Do(ns, func() error { return sentinel }); !errors.Is(err, sentinel) {
+		t.Errorf("Do returned %v, want f's error", err)
+	}
+	if other := testns.New(t); other.UniqueId() == ns.UniqueId() {
+		t.Errorf("two New calls returned the same namespace")
+	}
+}
