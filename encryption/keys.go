@@ -14,7 +14,6 @@ package encryption
 import (
 	"crypto/ecdh"
 	"crypto/hkdf"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -146,9 +145,9 @@ func NewKeyring(s Schedule, now time.Time) (*Keyring, error) {
 }
 
 func (k *Keyring) add(now, activate time.Time) error {
-	priv, err := ecdh.X25519().GenerateKey(rand.Reader)
+	priv, err := newPrivateKey()
 	if err != nil {
-		return fmt.Errorf("generate X25519 key: %w", err)
+		return err
 	}
 	gen := uint64(now.UnixNano())
 	if n := len(k.gens); n > 0 && gen <= k.gens[n-1].pub.Gen {
@@ -174,7 +173,8 @@ func (k *Keyring) Tick(now time.Time) (bool, error) {
 		changed = true
 	}
 	for len(k.gens) > 1 && !now.Before(k.gens[1].pub.ActivateAt.Add(k.sched.Grace)) {
-		k.gens[0].priv = nil // drop the only reference: the key is gone
+		wipe(k.gens[0].priv)
+		k.gens[0].priv = nil
 		k.gens = k.gens[1:]
 		changed = true
 	}
