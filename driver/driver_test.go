@@ -87,15 +87,16 @@ func TestCreateNetworkRejectsBadInput(t *testing.T) {
 	d, _ := newFake(t)
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
 	bad := map[string]*api.CreateNetworkRequest{
-		"duplicate id":   createNetReq("n1", 301),
-		"duplicate VNI":  createNetReq("n2", 300),
-		"no VNI":         {NetworkID: "n3"},
-		"bad id":         createNetReq("../etc", 302),
-		"empty id":       createNetReq("", 302),
-		"generic type":   {NetworkID: "n4", Options: map[string]any{genericOptionsKey: "x"}},
-		"generic values": {NetworkID: "n4", Options: map[string]any{genericOptionsKey: map[string]any{OptVNI: 5}}},
-		"bad pool":       {NetworkID: "n5", Options: createNetReq("", 303).Options, IPv4Data: []*api.IPAMData{{Pool: "nope"}}},
-		"null pool":      {NetworkID: "n5", Options: createNetReq("", 303).Options, IPv4Data: []*api.IPAMData{nil}},
+		"duplicate id":        createNetReq("n1", 301),
+		"duplicate VNI":       createNetReq("n2", 300),
+		"no VNI":              {NetworkID: "n3"},
+		"VNI in Docker range": createNetReq("n6", 5000),
+		"bad id":              createNetReq("../etc", 302),
+		"empty id":            createNetReq("", 302),
+		"generic type":        {NetworkID: "n4", Options: map[string]any{genericOptionsKey: "x"}},
+		"generic values":      {NetworkID: "n4", Options: map[string]any{genericOptionsKey: map[string]any{OptVNI: 5}}},
+		"bad pool":            {NetworkID: "n5", Options: createNetReq("", 303).Options, IPv4Data: []*api.IPAMData{{Pool: "nope"}}},
+		"null pool":           {NetworkID: "n5", Options: createNetReq("", 303).Options, IPv4Data: []*api.IPAMData{nil}},
 	}
 	for name, req := range bad {
 		if err := d.CreateNetwork(req); err == nil {

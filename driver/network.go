@@ -14,6 +14,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
+	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
 // VXLAN encapsulation overhead: outer IP + UDP + VXLAN + inner Ethernet.
@@ -111,6 +112,10 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 	}
 	if opts.vni == 0 {
 		return fmt.Errorf("%w: network %s has no %s option: it must be created through the swarm (AllocateNetwork)", ErrInvalid, req.NetworkID, OptVNI)
+	}
+	if opts.vni < vni.UserRange.Min || opts.vni > vni.UserRange.Max {
+		return fmt.Errorf("%w: network %s: VNI %d is outside %d-%d (Docker's own overlay uses 4096 and up on the same port)",
+			ErrInvalid, req.NetworkID, opts.vni, vni.UserRange.Min, vni.UserRange.Max)
 	}
 	subnets, err := poolsOf(req.IPv4Data, req.IPv6Data)
 	if err != nil {
@@ -238,7 +243,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 			}
 		}
 	}
-	n.sandbox, n.joined = "", 0
+	n.sandbox, n.joined, n.mtu = "", 0, 0
 	clear(n.fdb)
 	clear(n.vteps)
 	d.log.Info("removed sandbox", "network", n.id)
