@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/overlay-plugin/overlay-plugin/adminapi"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// clientFlags registers the flags that locate the admin socket.
+func clientFlags(f *envFlags) func() *adminapi.Client {
+	var stateDir, adminSocket string
+	adminFlags(f, &stateDir, &adminSocket)
+	return func() *adminapi.Client { return adminapi.NewClient(resolveAdminSocket(stateDir, adminSocket)) }
+}
+
+// runState prints the driver's state as indented JSON.
+func runState(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newEnvFlags("state", "state [flags]\n\nPrint the running plugin's networks, endpoints, peers and kernel entries as JSON.", stderr)
+	client := clientFlags(f)
+	if err := f.parse(args, getenv); err != nil {
+		return err
+	}
+	c := client()
+	defer c.Close()
+	nets, err := c.Networks()
+	if err != nil {
+		return err
+	}
+	if nets == nil {
+		nets = []driver.NetworkState{}
+	}
+	out, err := json.MarshalIndent(nets, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", out)
+	return err
+}
+
+// runPeer is `peer add` and `peer del`.
+func runPeer(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	const synopsis = "peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n       overlay-plugin peer del --network N --endpoint E"
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "usage: overlay-plugin %s\n", synopsis)
+		return usagef("peer: missing subcommand add or del")
+	}
+	switch args[0] {
+	case "add":
+		return runPeerAdd(args[1:], getenv, stdout, stderr)
+	case "del", "delete", "rm":
+		return runPeerDel(args[1:], getenv, stdout, stderr)
+	case "-h", "-help", "--help":
+		fmt.Fprintf(stdout, "usage: overlay-plugin %s\n\nRun 'overlay-plugin peer add -h' for the flags.\n", synopsis)
+		return nil
+	}
+	fmt.Fprintf(stderr, "usage: overlay-plugin %s\n", synopsis)
+	return usagef("peer: unknown subcommand %q (want add or del)", args[0])
+}
+
+func runPeerAdd(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newEnvFlags("peer add", "peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n\nAdd (or replace) a remote endpoint of a network: its addresses, MAC and host (VTEP).", stderr)
+	client := clientFlags(f)
+	var nid, eid, mac, vtep string
+	var ips []netip.Addr
+	f.fs.StringVar(&nid, "network", "", "network id (required)")
+	f.fs.StringVar(&eid, "endpoint", "", "endpoint id (required)")
+	f.fs.Func("ip", "endpoint IP address, without prefix length (required; repeat for IPv4 and IPv6)", func(s string) error {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return err
+		}
+		ips = append(ips, a.Unmap())
+		return nil
+	})
+	f.fs.StringVar(&mac, "mac", "", "endpoint MAC address (required)")
+	f.fs.StringVar(&vtep, "vtep", "", "underlay address of the endpoint's host (required)")
+	if err := f.parse(args, getenv); err != nil {
+		return err
+	}
+	var missing []string
+	for _, r := range []struct{ name, v string }{{"--network", nid}, {"--endpoint", eid}, {"--mac", mac}, {"--vtep", vtep}} {
+		if r.v == "" {
+			missing = append(missing, r.name)
+		}
+	}
+	if len(ips) == 0 {
+		missing = append(missing, "--ip")
+	}
+	if len(missing) > 0 {
+		return usagef("peer add: missing %s", strings.Join(missing, ", "))
+	}
+	p := peerdb.Peer{EndpointID: eid, IPs: ips}
+	var err error
+	if p.MAC, err = hwaddr.Parse(mac); err != nil {
+		return usagef("peer add: --mac: %v", err)
+	}
+	if p.VTEP, err = netip.ParseAddr(vtep); err != nil {
+		return usagef("peer add: --vtep: %v", err)
+	}
+	p.VTEP = p.VTEP.Unmap()
+	c := client()
+	defer c.Close()
+	if err := c.AddPeer(nid, p); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "added peer %s to network %s\n", eid, nid)
+	return nil
+}
+
+func runPeerDel(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newEnvFlags("peer del", "peer del --network N --endpoint E\n\nRemove a remote endpoint from a network (removing an absent one is not an error).", stderr)
+	client := clientFlags(f)
+	var nid, eid string
+	f.fs.StringVar(&nid, "network", "", "network id (required)")
+	f.fs.StringVar(&eid, "endpoint", "", "endpoint id (required)")
+	if err := f.parse(args, getenv); err != nil {
+		return err
+	}
+	var missing []string
+	for _, r := range []struct{ name, v string }{{"--network", nid}, {"--endpoint", eid}} {
+		if r.v == "" {
+			missing = append(missing, r.name)
+		}
+	}
+	if len(missing) > 0 {
+		return usagef("peer del: missing %s", strings.Join(missing, ", "))
+	}
+	c := client()
+	defer c.Close()
+	if err := c.DeletePeer(nid, eid); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "removed peer %s from network %s\n", eid, nid)
+	return nil
+}

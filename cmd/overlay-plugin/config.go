@@ -1,0 +1,225 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Defaults of the serve settings.
+const (
+	defaultSocket     = "/run/docker/plugins/overlay.sock"
+	defaultStateDir   = "/var/lib/overlay-plugin"
+	defaultSandboxDir = "/run/overlay-plugin/netns"
+	defaultVXLANPort  = 4789
+	adminSocketName   = "admin.sock"
+	stateDBName       = "state.db"
+)
+
+// serveConfig is everything `serve` needs. Every path the plugin writes
+// derives from it, so instances with distinct settings never collide.
+type serveConfig struct {
+	Socket        string
+	StateDir      string
+	SandboxDir    string
+	AdminSocket   string
+	AdvertiseAddr netip.Addr // zero: from Docker's DiscoverNew or the default route
+	VXLANPort     uint16
+	LogLevel      slog.Level
+}
+
+// usageError is a bad command line or environment: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// envFlags is a flag set whose flags may take their value from an
+// environment variable: a flag on the command line wins over the variable,
+// the variable over the default. Docker passes a managed plugin's settings
+// as environment variables. An empty variable counts as unset.
+type envFlags struct {
+	fs   *flag.FlagSet
+	envs map[string]string // flag name -> variable
+}
+
+func newEnvFlags(name, synopsis string, out io.Writer) *envFlags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	f := &envFlags{fs: fs, envs: map[string]string{}}
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage: overlay-plugin %s\n\nflags (a flag wins over its environment variable):\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return f
+}
+
+func (f *envFlags) stringVar(p *string, name, env, def, usage string) {
+	f.envs[name] = env
+	f.fs.StringVar(p, name, def, usage+" (env "+env+")")
+}
+
+func (f *envFlags) value(v flag.Value, name, env, usage string) {
+	f.envs[name] = env
+	f.fs.Var(v, name, usage+" (env "+env+")")
+}
+
+// parse applies the environment, then args. A bad variable is a usage error
+// naming it. It returns flag.ErrHelp for -h.
+func (f *envFlags) parse(args []string, getenv func(string) string) error {
+	var errs []error
+	f.fs.VisitAll(func(fl *flag.Flag) {
+		env, ok := f.envs[fl.Name]
+		if !ok {
+			return
+		}
+		if v := getenv(env); v != "" {
+			if err := fl.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s=%q (--%s): %v", env, v, fl.Name, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err}
+	}
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err} // the flag package has printed the usage
+	}
+	if f.fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", f.fs.Name(), f.fs.Arg(0))
+	}
+	return nil
+}
+
+// portValue is a UDP port, 1..65535.
+type portValue struct{ p *uint16 }
+
+func (v portValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(int(*v.p))
+}
+
+func (v portValue) Set(s string) error {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+	if err != nil || n == 0 {
+		return errors.New("want a UDP port number between 1 and 65535")
+	}
+	*v.p = uint16(n)
+	return nil
+}
+
+// addrValue is an IP address.
+type addrValue struct{ a *netip.Addr }
+
+func (v addrValue) String() string {
+	if v.a == nil || !v.a.IsValid() {
+		return ""
+	}
+	return v.a.String()
+}
+
+func (v addrValue) Set(s string) error {
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("want an IPv4 or IPv6 address: %v", err)
+	}
+	a = a.Unmap()
+	if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() || a.Zone() != "" {
+		return fmt.Errorf("%s cannot be a VTEP address: want a unicast address without zone", a)
+	}
+	*v.a = a
+	return nil
+}
+
+// levelValue is a log level by name.
+type levelValue struct{ l *slog.Level }
+
+func (v levelValue) String() string {
+	if v.l == nil {
+		return ""
+	}
+	return strings.ToLower(v.l.String())
+}
+
+func (v levelValue) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "debug":
+		*v.l = slog.LevelDebug
+	case "info":
+		*v.l = slog.LevelInfo
+	case "warn", "warning":
+		*v.l = slog.LevelWarn
+	case "error":
+		*v.l = slog.LevelError
+	default:
+		return errors.New("want debug, info, warn or error")
+	}
+	return nil
+}
+
+// adminFlags registers --state-dir and --admin-socket, shared by serve and
+// the client subcommands so that both find the same socket.
+func adminFlags(f *envFlags, stateDir, adminSocket *string) {
+	f.stringVar(stateDir, "state-dir", "OVERLAY_STATE_DIR", defaultStateDir, "directory of the plugin's state (state.db, admin.sock)")
+	f.stringVar(adminSocket, "admin-socket", "OVERLAY_ADMIN_SOCKET", "", "admin API socket (default <state-dir>/"+adminSocketName+")")
+}
+
+func resolveAdminSocket(stateDir, adminSocket string) string {
+	if adminSocket != "" {
+		return adminSocket
+	}
+	return filepath.Join(stateDir, adminSocketName)
+}
+
+// parseServeConfig reads serve's settings from args and the environment.
+func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
+	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo}
+	f := newEnvFlags("serve", "serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
+	f.stringVar(&cfg.Socket, "socket", "OVERLAY_SOCKET", defaultSocket, "unix socket of Docker's network driver API")
+	adminFlags(f, &cfg.StateDir, &cfg.AdminSocket)
+	f.stringVar(&cfg.SandboxDir, "sandbox-dir", "OVERLAY_SANDBOX_DIR", defaultSandboxDir, "directory where the per-network namespaces are mounted (this instance's alone)")
+	f.value(addrValue{&cfg.AdvertiseAddr}, "advertise-addr", "OVERLAY_ADVERTISE_ADDR", "this host's VTEP `address` (default: the address Docker reports for this node, else the default-route interface's)")
+	f.value(portValue{&cfg.VXLANPort}, "vxlan-port", "OVERLAY_VXLAN_PORT", "UDP `port` of the VXLAN devices")
+	f.value(levelValue{&cfg.LogLevel}, "log-level", "OVERLAY_LOG_LEVEL", "log `level`: debug, info, warn or error")
+	if err := f.parse(args, getenv); err != nil {
+		return cfg, err
+	}
+	cfg.AdminSocket = resolveAdminSocket(cfg.StateDir, cfg.AdminSocket)
+	for _, p := range []struct{ name, v string }{
+		{"--socket", cfg.Socket}, {"--state-dir", cfg.StateDir}, {"--sandbox-dir", cfg.SandboxDir}, {"--admin-socket", cfg.AdminSocket},
+	} {
+		if p.v == "" {
+			return cfg, usagef("serve: %s must not be empty", p.name)
+		}
+	}
+	for _, p := range []struct{ name, v string }{{"--socket", cfg.Socket}, {"--admin-socket", cfg.AdminSocket}} {
+		if err := checkSocketPath(p.v); err != nil {
+			return cfg, usagef("serve: %s: %v", p.name, err)
+		}
+	}
+	return cfg, nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds
+// (sun_path is 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+func checkSocketPath(p string) error {
+	if len(p) > maxSocketPath {
+		return fmt.Errorf("socket path %q is %d bytes; unix sockets allow at most %d", p, len(p), maxSocketPath)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+// Command overlay-plugin is a Docker managed network plugin: a multi-host
+// L2 overlay on kernel VXLAN. `overlay-plugin serve` is the plugin itself;
+// the other subcommands talk to a running plugin through its admin socket.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usageText = `overlay-plugin: Docker network plugin for multi-host L2 overlays on VXLAN
+
+usage: overlay-plugin <command> [flags]
+
+commands:
+  serve      run the plugin (Docker's network driver API and the admin API)
+  state      print the plugin's networks, endpoints and peers as JSON
+  peer add   add a remote endpoint to a network
+  peer del   remove a remote endpoint from a network
+  version    print the version
+
+Run 'overlay-plugin <command> -h' for a command's flags. Every flag can also
+be set with the environment variable named in its help; a flag wins.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run executes a command line and returns the exit status: 0, 1 on failure,
+// 2 on a usage error.
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return 2
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usageText)
+		return 0
+	case "serve":
+		return runServe(rest, getenv, stderr)
+	case "state":
+		return reportErr(stderr, runState(rest, getenv, stdout, stderr))
+	case "peer":
+		return reportErr(stderr, runPeer(rest, getenv, stdout, stderr))
+	case "version", "-version", "--version":
+		if len(rest) > 0 {
+			return reportErr(stderr, usagef("version takes no arguments"))
+		}
+		fmt.Fprintf(stdout, "overlay-plugin %s\n", version)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "overlay-plugin: unknown command %q\n\n%s", cmd, usageText)
+		return 2
+	}
+}
+
+// reportErr prints err and maps it to an exit status.
+func reportErr(stderr io.Writer, err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "overlay-plugin: %v\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "overlay-plugin: %v\n", err)
+		return 1
+	}
+}

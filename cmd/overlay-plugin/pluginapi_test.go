@@ -1,0 +1,359 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	api "github.com/docker/go-plugins-helpers/network"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// pluginServer serves Docker's API for td the way serve does: guard,
+// go-plugins-helpers' handler, and the error-normalising front.
+func pluginServer(t *testing.T, td testDriver) (*httptest.Server, *guard) {
+	t.Helper()
+	log := testLogger(t)
+	g := newGuard(log, time.Second)
+	g.setDriver(td.drv)
+	p := newPluginAPI(g, log)
+	srv := httptest.NewServer(p)
+	t.Cleanup(func() {
+		srv.Close()
+		p.Close()
+	})
+	return srv, g
+}
+
+const genericKey = "com.docker.network.generic"
+
+func createReq(nid string, opts map[string]string, pools ...string) map[string]any {
+	generic := map[string]any{}
+	for k, v := range opts {
+		generic[k] = v
+	}
+	var v4 []map[string]any
+	for _, p := range pools {
+		v4 = append(v4, map[string]any{"AddressSpace": "GlobalDefault", "Pool": p, "Gateway": ""})
+	}
+	return map[string]any{"NetworkID": nid, "Options": map[string]any{genericKey: generic,
+		"com.docker.network.enable_ipv6": false}, "IPv4Data": v4, "IPv6Data": nil}
+}
+
+func TestPluginAPIHappyPath(t *testing.T) {
+	td := newTestDriver(t)
+	srv, _ := pluginServer(t, td)
+	c, u := srv.Client(), srv.URL
+
+	var caps map[string]any
+	post(t, c, u, "/NetworkDriver.GetCapabilities", nil).ok(t, "GetCapabilities", &caps)
+	if want := map[string]any{"Scope": "global", "ConnectivityScope": "global"}; !reflect.DeepEqual(caps, want) {
+		t.Errorf("GetCapabilities = %v, want %v", caps, want)
+	}
+	// Legacy activation still answers the manifest.
+	if r := post(t, c, u, "/Plugin.Activate", nil); r.status != 200 || !strings.Contains(string(r.body), "NetworkDriver") {
+		t.Errorf("Plugin.Activate: %d %s", r.status, r.body)
+	}
+
+	// AllocateNetwork, on the leader: the user's options come back with a VNI.
+	const nid = "r2x8b6ng4cr1q0j6q9ypkqvun" // swarm's base-36 form
+	user := map[string]string{"com.docker.network.driver.mtu": "1400", "com.docker.network.something": "x"}
+	var alloc api.AllocateNetworkResponse
+	post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": nid, "Options": user,
+		"IPv4Data": []map[string]any{{"Pool": "203.0.113.0/24"}}, "IPv6Data": nil}).ok(t, "AllocateNetwork", &alloc)
+	want := maps.Clone(user)
+	want["vxlanid_list"] = "256"
+	if !reflect.DeepEqual(alloc.Options, want) {
+		t.Fatalf("AllocateNetwork options = %v, want %v", alloc.Options, want)
+	}
+	// A new leader calls again with what was returned: same answer.
+	var again api.AllocateNetworkResponse
+	post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": nid, "Options": alloc.Options}).ok(t, "AllocateNetwork again", &again)
+	if !reflect.DeepEqual(again.Options, alloc.Options) {
+		t.Errorf("second AllocateNetwork = %v, want %v", again.Options, alloc.Options)
+	}
+	if v, ok := td.vnis.Lookup(nid); !ok || v != 256 {
+		t.Errorf("VNI table: %d %v, want 256", v, ok)
+	}
+
+	// On a node: CreateNetwork with the allocated options.
+	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq(nid, alloc.Options, "203.0.113.0/24")).ok(t, "CreateNetwork", nil)
+	st := td.drv.State()
+	if len(st) != 1 || st[0].ID != nid || st[0].VNI != 256 || st[0].Sandbox != "" {
+		t.Fatalf("state after CreateNetwork: %+v", st)
+	}
+
+	// CreateEndpoint without a MAC: one is assigned and returned.
+	var ep1 api.CreateEndpointResponse
+	post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep1",
+		"Interface": map[string]any{"Address": "203.0.113.2/24"}, "Options": map[string]any{}}).ok(t, "CreateEndpoint ep1", &ep1)
+	if ep1.Interface == nil || ep1.Interface.MacAddress == "" {
+		t.Fatalf("CreateEndpoint without MAC returned %+v, want a MAC", ep1.Interface)
+	}
+	mac, err := hwaddr.Parse(ep1.Interface.MacAddress)
+	if err != nil || mac[0]&1 != 0 || mac[0]&2 == 0 {
+		t.Errorf("assigned MAC %s: want a locally administered unicast address (%v)", ep1.Interface.MacAddress, err)
+	}
+	if ep1.Interface.Address != "" || ep1.Interface.AddressIPv6 != "" {
+		t.Errorf("CreateEndpoint echoed addresses: %+v", ep1.Interface)
+	}
+	// With a MAC: nothing is returned (Docker rejects an echo).
+	r := post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep2",
+		"Interface": map[string]any{"Address": "203.0.113.3/24", "MacAddress": "02:42:cb:00:71:03"}})
+	var ep2 api.CreateEndpointResponse
+	r.ok(t, "CreateEndpoint ep2", &ep2)
+	if ep2.Interface != nil {
+		t.Errorf("CreateEndpoint with a MAC returned %s, want no Interface", r.body)
+	}
+
+	var info api.InfoResponse
+	post(t, c, u, "/NetworkDriver.EndpointOperInfo", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "EndpointOperInfo", &info)
+	if info.Value["mac"] != ep1.Interface.MacAddress || info.Value["vni"] != "256" {
+		t.Errorf("EndpointOperInfo = %v", info.Value)
+	}
+
+	// Join: the sandbox is built, the host end of a veth handed over.
+	var join api.JoinResponse
+	post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "ep1",
+		"SandboxKey": "/var/run/docker/netns/abc", "Options": map[string]any{}}).ok(t, "Join", &join)
+	if join.InterfaceName.SrcName == "" || join.InterfaceName.DstPrefix != "eth" {
+		t.Errorf("Join interface = %+v, want a SrcName and DstPrefix eth", join.InterfaceName)
+	}
+	snap := td.kernel.Snapshot()
+	sb, ok := snap[nid]
+	if !ok || sb.Spec.VNI != 256 || sb.Spec.MTU != 1400 || len(sb.Veths) != 1 {
+		t.Fatalf("kernel after Join: %+v", snap)
+	}
+	for _, v := range sb.Veths {
+		if v.HostName != join.InterfaceName.SrcName || v.MAC != mac {
+			t.Errorf("veth %+v, want host end %s with MAC %s", v, join.InterfaceName.SrcName, mac)
+		}
+	}
+	post(t, c, u, "/NetworkDriver.ProgramExternalConnectivity", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "ProgramExternalConnectivity", nil)
+	post(t, c, u, "/NetworkDriver.RevokeExternalConnectivity", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "RevokeExternalConnectivity", nil)
+	post(t, c, u, "/NetworkDriver.DiscoverNew", map[string]any{"DiscoveryType": 1,
+		"DiscoveryData": map[string]any{"Address": "198.51.100.7", "BindAddress": "", "Self": false}}).ok(t, "DiscoverNew", nil)
+	post(t, c, u, "/NetworkDriver.DiscoverDelete", map[string]any{"DiscoveryType": 1,
+		"DiscoveryData": map[string]any{"Address": "198.51.100.7", "BindAddress": "", "Self": false}}).ok(t, "DiscoverDelete", nil)
+
+	// Teardown in Docker's order.
+	post(t, c, u, "/NetworkDriver.Leave", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "Leave", nil)
+	if snap := td.kernel.Snapshot(); len(snap) != 0 {
+		t.Errorf("sandbox left after the last Leave: %v", snap)
+	}
+	post(t, c, u, "/NetworkDriver.DeleteEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "DeleteEndpoint ep1", nil)
+	post(t, c, u, "/NetworkDriver.DeleteEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep2"}).ok(t, "DeleteEndpoint ep2", nil)
+	post(t, c, u, "/NetworkDriver.DeleteNetwork", map[string]any{"NetworkID": nid}).ok(t, "DeleteNetwork", nil)
+	if st := td.drv.State(); len(st) != 0 {
+		t.Errorf("state after DeleteNetwork: %+v", st)
+	}
+	post(t, c, u, "/NetworkDriver.FreeNetwork", map[string]any{"NetworkID": nid}).ok(t, "FreeNetwork", nil)
+	if _, ok := td.vnis.Lookup(nid); ok {
+		t.Errorf("VNI still held after FreeNetwork")
+	}
+}
+
+func TestPluginAPIBadInput(t *testing.T) {
+	td := newTestDriver(t)
+	srv, _ := pluginServer(t, td)
+	c, u := srv.Client(), srv.URL
+
+	// Something to leave untouched: a network with a joined endpoint, an
+	// unjoined one, and a remote peer; and a second network.
+	const nid, other = "net1", "net2"
+	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq(nid, map[string]string{"vxlanid_list": "300"}, "203.0.113.0/25")).ok(t, "CreateNetwork", nil)
+	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq(other, map[string]string{"vxlanid_list": "301"}, "203.0.113.128/25")).ok(t, "CreateNetwork", nil)
+	for _, ep := range []struct{ id, addr string }{{"ep1", "203.0.113.2/25"}, {"ep2", "203.0.113.3/25"}} {
+		post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": ep.id,
+			"Interface": map[string]any{"Address": ep.addr}}).ok(t, "CreateEndpoint", nil)
+	}
+	post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "ep1", "SandboxKey": "/x"}).ok(t, "Join", nil)
+	if err := td.drv.AddPeer(nid, peerdb.Peer{EndpointID: "remote1", IPs: []netip.Addr{netip.MustParseAddr("203.0.113.9")},
+		MAC: hwaddr.MAC{2, 0x42, 0, 0, 0, 9}, VTEP: netip.MustParseAddr("198.51.100.2")}); err != nil {
+		t.Fatal(err)
+	}
+	post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": "alloc1", "Options": map[string]string{}}).ok(t, "AllocateNetwork", nil)
+
+	before := td.drv.State()
+	kernelBefore := td.kernel.Snapshot()
+	if len(before) != 2 || before[0].Kernel == nil || len(before[0].Kernel.Neighbors) != 1 {
+		t.Fatalf("setup: %+v", before)
+	}
+
+	createEP := func(nid, eid string, iface any) map[string]any {
+		return map[string]any{"NetworkID": nid, "EndpointID": eid, "Interface": iface}
+	}
+	alloc := func(nid string, opts map[string]string) map[string]any {
+		return map[string]any{"NetworkID": nid, "Options": opts, "IPv4Data": []map[string]any{{"Pool": "198.18.0.0/24"}}}
+	}
+	type tc struct {
+		name, path string
+		body       any
+		want       string // in the message
+		status     int    // 0: 500, what go-plugins-helpers answers for a driver error
+	}
+	cases := []tc{
+		// Not JSON, or not the right JSON.
+		{"malformed JSON", "/NetworkDriver.CreateNetwork", `{"NetworkID": "x",`, "malformed JSON", 400},
+		{"not an object", "/NetworkDriver.Join", `[1,2]`, "malformed JSON", 400},
+		{"wrong field type", "/NetworkDriver.CreateEndpoint", `{"NetworkID": 5}`, "malformed JSON", 400},
+		{"empty body", "/NetworkDriver.DeleteNetwork", nil, "empty request body", 400},
+		{"garbage", "/NetworkDriver.AllocateNetwork", "\x00\x01\x02", "malformed JSON", 400},
+		{"unknown call", "/NetworkDriver.Frobnicate", `{}`, "not a call of the network driver API", 404},
+		{"oversize body", "/NetworkDriver.CreateNetwork", `{"NetworkID":"` + strings.Repeat("a", maxPluginBody) + `"}`, "larger than", 413},
+
+		// Missing or bad ids.
+		{"CreateNetwork no id", "/NetworkDriver.CreateNetwork", `{}`, "empty network id", 0},
+		{"CreateNetwork bad id", "/NetworkDriver.CreateNetwork", createReq("../etc", map[string]string{"vxlanid_list": "400"}, "198.18.0.0/24"), "character other than a letter or digit", 0},
+		{"CreateEndpoint no id", "/NetworkDriver.CreateEndpoint", createEP(nid, "", map[string]any{"Address": "203.0.113.4/25"}), "empty endpoint id", 0},
+		{"Join no ids", "/NetworkDriver.Join", `{}`, "empty endpoint id", 0},
+		{"Leave no ids", "/NetworkDriver.Leave", `{}`, "empty endpoint id", 0},
+		{"FreeNetwork no id", "/NetworkDriver.FreeNetwork", `{}`, "empty network id", 0},
+		{"AllocateNetwork no id", "/NetworkDriver.AllocateNetwork", `{}`, "empty network id", 0},
+
+		// Unknown networks and endpoints.
+		{"DeleteNetwork unknown", "/NetworkDriver.DeleteNetwork", map[string]any{"NetworkID": "nosuch"}, "network nosuch: not found", 0},
+		{"CreateEndpoint unknown network", "/NetworkDriver.CreateEndpoint", createEP("nosuch", "ep9", map[string]any{"Address": "203.0.113.4/25"}), "network nosuch: not found", 0},
+		{"DeleteEndpoint unknown", "/NetworkDriver.DeleteEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "nosuch"}, "endpoint nosuch in network net1: not found", 0},
+		{"EndpointOperInfo unknown", "/NetworkDriver.EndpointOperInfo", map[string]any{"NetworkID": nid, "EndpointID": "nosuch"}, "not found", 0},
+		{"Join unknown endpoint", "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "nosuch", "SandboxKey": "/x"}, "endpoint nosuch in network net1: not found", 0},
+		{"Join unknown network", "/NetworkDriver.Join", map[string]any{"NetworkID": "nosuch", "EndpointID": "ep1", "SandboxKey": "/x"}, "network nosuch: not found", 0},
+		{"Leave unknown", "/NetworkDriver.Leave", map[string]any{"NetworkID": nid, "EndpointID": "nosuch"}, "not found", 0},
+		{"Leave endpoint of other network", "/NetworkDriver.Leave", map[string]any{"NetworkID": other, "EndpointID": "ep1"}, "endpoint ep1 in network net2: not found", 0},
+		{"ProgramExternalConnectivity unknown", "/NetworkDriver.ProgramExternalConnectivity", map[string]any{"NetworkID": nid, "EndpointID": "nosuch"}, "not found", 0},
+		{"RevokeExternalConnectivity unknown", "/NetworkDriver.RevokeExternalConnectivity", map[string]any{"NetworkID": "nosuch", "EndpointID": "ep1"}, "not found", 0},
+
+		// Bad options: at allocation on the leader...
+		{"AllocateNetwork unknown option", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlan_id": "5"}), `unknown network option "vxlan_id"`, 0},
+		{"AllocateNetwork VNI 0", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "0"}), "a VNI is between 1 and 16777215", 0},
+		{"AllocateNetwork VNI 5000", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "5000"}), "VNI 5000 is outside the allowed range 1-4095", 0},
+		{"AllocateNetwork VNI list", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "1,2"}), "give exactly one", 0},
+		{"AllocateNetwork VNI not a number", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "abc"}), "not a number", 0},
+		{"AllocateNetwork encrypted", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"encrypted": ""}), "cannot encrypt", 0},
+		{"AllocateNetwork bad MTU", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"com.docker.network.driver.mtu": "100"}), "want an MTU between 1280 and 65535", 0},
+		{"AllocateNetwork VNI taken", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "256"}), "VNI 256 is already used by network alloc1", 0},
+		// ...and on a node.
+		{"CreateNetwork without vxlanid_list", "/NetworkDriver.CreateNetwork", createReq("net3", nil, "198.18.0.0/24"), "has no vxlanid_list option", 0},
+		{"CreateNetwork unknown option", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400", "colour": "blue"}, "198.18.0.0/24"), `unknown network option "colour"`, 0},
+		{"CreateNetwork VNI 0", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "0"}, "198.18.0.0/24"), "a VNI is between 1 and 16777215", 0},
+		{"CreateNetwork VNI list", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "1,2"}, "198.18.0.0/24"), "give exactly one", 0},
+		{"CreateNetwork encrypted", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400", "encrypted": ""}, "198.18.0.0/24"), "cannot encrypt", 0},
+		{"CreateNetwork generic not an object", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{genericKey: "vxlanid_list=5"}}, "want an object of strings", 0},
+		{"CreateNetwork option not a string", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{genericKey: map[string]any{"vxlanid_list": 400}}}, "want a string", 0},
+		{"CreateNetwork bad pool", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400"}, "203.0.113.0"), `IPAM pool "203.0.113.0"`, 0},
+		{"CreateNetwork exists", "/NetworkDriver.CreateNetwork", createReq(nid, map[string]string{"vxlanid_list": "300"}, "203.0.113.0/25"), "network net1 exists already", 0},
+		{"CreateNetwork VNI in use", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "300"}, "198.18.0.0/24"), "VNI 300 is used by network net1", 0},
+
+		// Bad endpoints.
+		{"CreateEndpoint no Interface", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", nil), "no Interface", 0},
+		{"CreateEndpoint no address", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{}), "no IPv4 or IPv6 address", 0},
+		{"CreateEndpoint address outside subnet", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "198.18.0.5/24"}), "address 198.18.0.5/24 is in no subnet of network net1", 0},
+		{"CreateEndpoint address without prefix", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "203.0.113.4"}), "want address/prefix-length", 0},
+		{"CreateEndpoint IPv6 in IPv4 field", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "2001:db8::4/64"}), "wrong field", 0},
+		{"CreateEndpoint bad MAC", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "203.0.113.4/25", "MacAddress": "not-a-mac"}), "invalid MAC address", 0},
+		{"CreateEndpoint multicast MAC", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "203.0.113.4/25", "MacAddress": "01:00:5e:00:00:01"}), "is not unicast", 0},
+		{"CreateEndpoint exists", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep2", map[string]any{"Address": "203.0.113.3/25"}), "endpoint ep2 exists already", 0},
+
+		// Out-of-order calls.
+		{"Join twice", "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "ep1", "SandboxKey": "/x"}, "endpoint ep1 is joined already", 0},
+		{"Leave without Join", "/NetworkDriver.Leave", map[string]any{"NetworkID": nid, "EndpointID": "ep2"}, "endpoint ep2 is not joined", 0},
+
+		// Discovery data that is not what Docker sends.
+		{"DiscoverNew bad data", "/NetworkDriver.DiscoverNew", map[string]any{"DiscoveryType": 1, "DiscoveryData": "x"}, "node discovery data", 0},
+		{"DiscoverNew bad address", "/NetworkDriver.DiscoverNew", map[string]any{"DiscoveryType": 1, "DiscoveryData": map[string]any{"Address": "nowhere", "Self": true}}, `node discovery Address "nowhere"`, 0},
+		{"DiscoverDelete no data", "/NetworkDriver.DiscoverDelete", map[string]any{"DiscoveryType": 1}, "node discovery data", 0},
+	}
+	for _, c2 := range cases {
+		t.Run(c2.name, func(t *testing.T) {
+			r := post(t, c, u, c2.path, c2.body)
+			msg := r.errMsg(t, c2.path)
+			want := c2.status
+			if want == 0 {
+				want = http.StatusInternalServerError
+			}
+			if r.status != want {
+				t.Errorf("HTTP %d, want %d (%s)", r.status, want, msg)
+			}
+			if !strings.Contains(msg, c2.want) {
+				t.Errorf("message %q does not say %q", msg, c2.want)
+			}
+			if after := td.drv.State(); !reflect.DeepEqual(after, before) {
+				t.Errorf("state changed:\nbefore %+v\nafter  %+v", before, after)
+			}
+			if after := td.kernel.Snapshot(); !reflect.DeepEqual(after, kernelBefore) {
+				t.Errorf("kernel changed:\nbefore %+v\nafter  %+v", kernelBefore, after)
+			}
+			for _, id := range []string{"alloc2", "net3", "../etc"} {
+				if v, ok := td.vnis.Lookup(id); ok {
+					t.Errorf("network %s got VNI %d", id, v)
+				}
+			}
+		})
+	}
+}
+
+// A kernel failure during Join reaches Docker as a clear error, and the
+// driver is left as it was.
+func TestPluginAPIKernelFailure(t *testing.T) {
+	td := newTestDriver(t)
+	srv, _ := pluginServer(t, td)
+	c, u := srv.Client(), srv.URL
+	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24")).ok(t, "CreateNetwork", nil)
+	post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1",
+		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).ok(t, "CreateEndpoint", nil)
+	before := td.drv.State()
+	td.kernel.SetFault(func(op fakekernel.Op, _ string) error {
+		if op == fakekernel.OpAddVeth {
+			return fmt.Errorf("injected: no space left on device")
+		}
+		return nil
+	})
+	msg := post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": "n1", "EndpointID": "e1", "SandboxKey": "/x"}).errMsg(t, "Join")
+	if !strings.Contains(msg, "injected: no space left on device") {
+		t.Errorf("message %q", msg)
+	}
+	after := td.drv.State()
+	// The driver keeps the MTU of a sandbox it removed (harmless: the next
+	// sandbox sets it again); compare what matters.
+	for i := range after {
+		if after[i].Sandbox == "" {
+			after[i].MTU = 0
+		}
+	}
+	if !reflect.DeepEqual(after, before) {
+		t.Errorf("state changed:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if snap := td.kernel.Snapshot(); len(snap) != 0 {
+		t.Errorf("sandbox left behind: %v", snap)
+	}
+}
+
+// A panic in the driver is an error answer, not a dead plugin.
+func TestGuardRecoversPanic(t *testing.T) {
+	g := newGuard(testLogger(t), time.Second)
+	g.setDriver(panicky{})
+	p := newPluginAPI(g, testLogger(t))
+	srv := httptest.NewServer(p)
+	defer p.Close()
+	defer srv.Close()
+	msg := post(t, srv.Client(), srv.URL, "/NetworkDriver.GetCapabilities", nil).errMsg(t, "GetCapabilities")
+	if !strings.Contains(msg, "internal error") {
+		t.Errorf("message %q", msg)
+	}
+	if n := g.inFlight(); n != 0 {
+		t.Errorf("%d calls still counted in flight", n)
+	}
+}
+
+type panicky struct{ backend }
+
+func (panicky) GetCapabilities() (*api.CapabilitiesResponse, error) { panic("boom") }

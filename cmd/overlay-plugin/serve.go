@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/overlay-plugin/overlay-plugin/adminapi"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/vni"
+)
+
+// serveDeps are the parts of serve that tests replace.
+type serveDeps struct {
+	// newKernel builds the data path; the func it returns releases it.
+	newKernel func(cfg serveConfig) (kernel.Kernel, func(), error)
+	// newUnderlay builds the underlay; the func it returns releases it.
+	newUnderlay func(cfg serveConfig) (driver.Underlay, func(), error)
+	// readyWait is how long a call arriving during start-up waits for the
+	// driver. Docker's own timeout for a plugin call is about 30 s.
+	readyWait time.Duration
+	// lockWait is how long to wait for the state database's lock, held by
+	// another instance on the same state directory.
+	lockWait time.Duration
+	// httpGrace is how long shutdown lets HTTP requests finish before
+	// closing their connections; driver calls already under way are always
+	// waited for.
+	httpGrace time.Duration
+}
+
+func defaultDeps() serveDeps {
+	return serveDeps{
+		newKernel: func(cfg serveConfig) (kernel.Kernel, func(), error) {
+			k, err := kernel.NewNetlink(kernel.NetlinkConfig{SandboxDir: cfg.SandboxDir})
+			if err != nil {
+				return nil, nil, err
+			}
+			return k, func() { k.Close() }, nil
+		},
+		newUnderlay: func(serveConfig) (driver.Underlay, func(), error) {
+			u, err := kernel.NewUnderlay(netns.None())
+			if err != nil {
+				return nil, nil, err
+			}
+			return u, u.Close, nil
+		},
+		readyWait: 25 * time.Second,
+		lockWait:  2 * time.Second,
+		httpGrace: 10 * time.Second,
+	}
+}
+
+// runServe is the serve subcommand.
+func runServe(args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, err := parseServeConfig(args, getenv, stderr)
+	if err != nil {
+		return reportErr(stderr, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, cfg, defaultDeps(), log); err != nil {
+		log.Error("overlay plugin stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// serve runs the plugin until ctx is done, then shuts down gracefully:
+// it stops accepting, waits for the calls under way, removes every sandbox
+// (Driver.Close), closes the state database and removes its sockets. It
+// returns nil after a clean shutdown.
+//
+// Start-up is ordered for Docker, which gives a plugin about 10 s to
+// create its socket: the plugin socket listens first, and calls arriving
+// before the driver is built wait for it.
+func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logger) (retErr error) {
+	log.Info("overlay plugin starting", "version", version, "socket", cfg.Socket, "state_dir", cfg.StateDir,
+		"sandbox_dir", cfg.SandboxDir, "admin_socket", cfg.AdminSocket, "advertise_addr", cfg.AdvertiseAddr, "vxlan_port", cfg.VXLANPort)
+	g := newGuard(log, deps.readyWait)
+	// Closing order, whatever the failure: stop the servers, wait for the
+	// calls under way, then release the driver, kernel, database, sockets.
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+
+	// 1. The plugin socket, served at once.
+	pl, err := listenUnix(cfg.Socket, 0o755, 0o660)
+	if err != nil {
+		return fmt.Errorf("plugin socket: %w", err)
+	}
+	closers = append(closers, func() { removeSocket(log, cfg.Socket) })
+	plugin := newPluginAPI(g, log)
+	closers = append(closers, plugin.Close)
+	serverErrs := make(chan error, 2)
+	pluginSrv := startServer(pl, plugin, serverErrs, "plugin API")
+
+	// 2. The state database. bbolt locks the file: a second instance on the
+	// same state directory fails here.
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return stopServers(log, g, deps, fmt.Errorf("state directory: %w", err), pluginSrv)
+	}
+	dbPath := filepath.Join(cfg.StateDir, stateDBName)
+	db, err := bbolt.Open(dbPath, 0o600, &bbolt.Options{Timeout: deps.lockWait})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		err = fmt.Errorf("%s is locked: another overlay-plugin instance is using state directory %s (give each instance its own --state-dir)", dbPath, cfg.StateDir)
+	}
+	if err != nil {
+		return stopServers(log, g, deps, fmt.Errorf("open state database: %w", err), pluginSrv)
+	}
+	closers = append(closers, func() {
+		if err := db.Close(); err != nil {
+			log.Warn("close state database", "err", err)
+		}
+	})
+
+	// 3. The admin socket: /healthz says 503 until the driver is ready.
+	al, err := listenUnix(cfg.AdminSocket, 0o700, 0o600)
+	if err != nil {
+		return stopServers(log, g, deps, fmt.Errorf("admin socket: %w", err), pluginSrv)
+	}
+	closers = append(closers, func() { removeSocket(log, cfg.AdminSocket) })
+	adminSrv := startServer(al, adminapi.NewServer(g, g.Ready, log), serverErrs, "admin API")
+	servers := []*http.Server{pluginSrv, adminSrv}
+
+	// 4. The driver, which removes what a previous run left in the kernel.
+	drv, release, err := buildDriver(cfg, deps, db, log)
+	if err != nil {
+		g.fail(err)
+		return stopServers(log, g, deps, err, servers...)
+	}
+	closers = append(closers, release)
+	g.setDriver(drv)
+	log.Info("overlay plugin ready")
+
+	select {
+	case <-ctx.Done():
+		log.Info("overlay plugin stopping", "cause", context.Cause(ctx))
+		retErr = stopServers(log, g, deps, nil, servers...)
+	case err := <-serverErrs:
+		retErr = stopServers(log, g, deps, err, servers...)
+	}
+	if err := drv.Close(); err != nil {
+		log.Error("remove sandboxes", "err", err)
+		retErr = errors.Join(retErr, fmt.Errorf("remove sandboxes: %w", err))
+	}
+	if retErr == nil {
+		log.Info("overlay plugin stopped")
+	}
+	return retErr
+}
+
+// buildDriver builds the kernel, underlay, VNI table and driver. release
+// frees the kernel and underlay handles (after Driver.Close).
+func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger) (*driver.Driver, func(), error) {
+	var releases []func()
+	release := func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	k, rk, err := deps.newKernel(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kernel data path: %w", err)
+	}
+	releases = append(releases, rk)
+	u, ru, err := deps.newUnderlay(cfg)
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("underlay: %w", err)
+	}
+	releases = append(releases, ru)
+	vnis, err := vni.Open(db, vni.DefaultRange)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, AdvertiseAddr: cfg.AdvertiseAddr,
+		VXLANPort: cfg.VXLANPort, Logger: log})
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return drv, release, nil
+}
+
+// startServer serves h on l in the background; a failure of Serve other
+// than a shutdown is sent to errs.
+func startServer(l net.Listener, h http.Handler, errs chan<- error, name string) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+	go func() {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("%s server: %w", name, err)
+		}
+	}()
+	return srv
+}
+
+// stopServers closes the listeners, lets requests finish for
+// deps.httpGrace, then waits for every driver call still under way (the
+// guard's count, which outlives forcibly closed connections). It returns
+// cause.
+func stopServers(log *slog.Logger, g *guard, deps serveDeps, cause error, servers ...*http.Server) error {
+	g.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), deps.httpGrace)
+	defer cancel()
+	// In parallel, so that every listener closes at once.
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				log.Warn("requests still open at the end of the shutdown grace period: closing their connections", "err", err)
+				srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if n := g.inFlight(); n > 0 {
+		log.Info("waiting for driver calls under way", "count", n)
+	}
+	g.drain()
+	return cause
+}
+
+// listenUnix listens on a unix socket at path, creating its directory with
+// dirMode and giving the socket mode. A socket file nobody serves is
+// removed first; a live one (another instance) is an error, as is a file
+// that is not a socket.
+func listenUnix(path string, dirMode, mode os.FileMode) (net.Listener, error) {
+	if err := checkSocketPath(path); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket; not removing it", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is in use: another process (another overlay-plugin instance?) serves on it", path)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// removeSocket removes a socket file of ours. Closing a unix listener
+// usually has removed it already.
+func removeSocket(log *slog.Logger, path string) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("remove socket", "path", path, "err", err)
+	}
+}
