@@ -1,0 +1,427 @@
+package encryption
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+)
+
+// Overhead is what ESP in transport mode adds to every VXLAN packet: SPI
+// and sequence number (8), the GCM IV (8), the ICV (16), pad length and
+// next header (2), and up to 3 bytes of padding to a 4-byte boundary.
+const Overhead = 8 + 8 + ICVBits/8 + 2 + 3
+
+// Firewall marks outbound and guards inbound VXLAN of encrypted VNIs.
+type Firewall interface {
+	EnableVNI(vni uint32) error
+	DisableVNI(vni uint32) error
+	// Repair restores rules changed from outside; the xfrm policies match
+	// only marked packets, so lost rules would let traffic leave in clear.
+	Repair() error
+}
+
+// Config builds a Manager.
+type Config struct {
+	XFRM     XFRM
+	Firewall Firewall
+	// Secret is the 32-byte cluster secret that salts every key.
+	Secret []byte
+	// Local is this host's VTEP address; Port the VXLAN port.
+	Local    netip.Addr
+	Port     uint16
+	Schedule Schedule
+	// Publish hands this node's current public keys to the control plane.
+	// Called with the encryption mutex held: its locks must sit below it.
+	Publish func([]PublicKey)
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// remote is what is programmed towards one remote host.
+type remote struct {
+	// sas are the installed SAs by SPI, both directions.
+	sas map[uint32]Direction
+	// policy is the outbound SPI in the policy; 0 for a blocking policy.
+	policy    uint32
+	hasPolicy bool
+}
+
+// Manager owns all IPsec state.
+type Manager struct {
+	xfrm    XFRM
+	fw      Firewall
+	secret  []byte
+	local   netip.Addr
+	port    uint16
+	publish func([]PublicKey)
+	now     func() time.Time
+	log     *slog.Logger
+	// unsupported is why this kernel cannot encrypt; nil if it can.
+	unsupported error
+
+	// mu is the encryption mutex of the design: it guards the key ring, the
+	// peers' public keys, the refcounts and everything below, and every
+	// xfrm and firewall call is made under it, so a key change never
+	// interleaves with programming a peer. Lock order: network.mu → mu →
+	// driver.mu; the control plane's lock (taken by Publish) sits below it.
+	mu       sync.Mutex
+	keyring  *Keyring
+	peerKeys map[netip.Addr][]PublicKey
+	// refs counts, per remote VTEP, the encrypted networks that reach it.
+	refs countmap.Map[netip.Addr]
+	// vnis counts the users of each encrypted VNI's firewall rules.
+	vnis    countmap.Map[uint32]
+	remotes map[netip.Addr]*remote
+	// derived caches key material per direction; entries go with their
+	// generations.
+	derived map[Direction]SA
+	lastErr error
+}
+
+// NewManager probes the kernel and starts the first key generation. A
+// kernel without ESP gives a Manager whose Supported reports why, so the
+// plugin still serves unencrypted networks.
+func NewManager(cfg Config) (*Manager, error) {
+	if len(cfg.Secret) != SecretLen {
+		return nil, fmt.Errorf("encryption: cluster secret must be %d bytes", SecretLen)
+	}
+	if cfg.XFRM == nil || cfg.Firewall == nil || !cfg.Local.IsValid() || cfg.Port == 0 {
+		return nil, errors.New("encryption: XFRM, Firewall, Local and Port are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Publish == nil {
+		cfg.Publish = func([]PublicKey) {}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	kr, err := NewKeyring(cfg.Schedule, cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		xfrm: cfg.XFRM, fw: cfg.Firewall, secret: append([]byte(nil), cfg.Secret...),
+		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger,
+		keyring: kr, peerKeys: map[netip.Addr][]PublicKey{}, refs: countmap.Map[netip.Addr]{},
+		vnis: countmap.Map[uint32]{}, remotes: map[netip.Addr]*remote{}, derived: map[Direction]SA{},
+	}
+	if err := m.xfrm.Flush(); err != nil {
+		return nil, fmt.Errorf("encryption: remove xfrm state of a previous run: %w", err)
+	}
+	m.unsupported = m.xfrm.Check()
+	if m.unsupported != nil {
+		m.log.Warn("encrypted networks unavailable", "err", m.unsupported)
+	}
+	m.mu.Lock()
+	m.publish(m.keyring.Public())
+	m.mu.Unlock()
+	return m, nil
+}
+
+// Supported reports why encrypted networks cannot work here, or nil.
+func (m *Manager) Supported() error { return m.unsupported }
+
+// EnableVNI starts encrypting a VNI used by a local sandbox.
+func (m *Manager) EnableVNI(vni uint32) error {
+	if m.unsupported != nil {
+		return m.unsupported
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.vnis[vni] == 0 {
+		if err := m.fw.EnableVNI(vni); err != nil {
+			return fmt.Errorf("firewall rules for encrypted VNI %d: %w", vni, err)
+		}
+	}
+	m.vnis.Add(vni, 1)
+	return nil
+}
+
+// DisableVNI undoes EnableVNI.
+func (m *Manager) DisableVNI(vni uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.vnis[vni] == 0 {
+		return nil
+	}
+	if m.vnis[vni] == 1 {
+		if err := m.fw.DisableVNI(vni); err != nil {
+			return fmt.Errorf("remove firewall rules of VNI %d: %w", vni, err)
+		}
+	}
+	m.vnis.Add(vni, -1)
+	return nil
+}
+
+// AddRemote takes a reference on the IPsec state towards vtep; the first
+// reference programs it. Traffic to a host whose keys are not known yet is
+// blocked, never sent in clear.
+func (m *Manager) AddRemote(vtep netip.Addr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	vtep = vtep.Unmap()
+	if m.refs.Add(vtep, 1) > 1 {
+		return nil
+	}
+	return m.reconcile(vtep)
+}
+
+// RemoveRemote drops a reference; the last one removes the host's SAs and
+// policy.
+func (m *Manager) RemoveRemote(vtep netip.Addr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	vtep = vtep.Unmap()
+	if _, ok := m.refs[vtep]; !ok {
+		return nil
+	}
+	if m.refs.Add(vtep, -1) > 0 {
+		return nil
+	}
+	return m.reconcile(vtep)
+}
+
+// SetPeerKeys records the public keys a host published (a copy is kept)
+// and reprograms it if it is in use.
+func (m *Manager) SetPeerKeys(vtep netip.Addr, keys []PublicKey) error {
+	cp := make([]PublicKey, len(keys))
+	for i, k := range keys {
+		cp[i] = k
+		cp[i].Key = append([]byte(nil), k.Key...)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	vtep = vtep.Unmap()
+	if len(cp) == 0 {
+		delete(m.peerKeys, vtep)
+	} else {
+		m.peerKeys[vtep] = cp
+	}
+	err := m.reconcile(vtep)
+	m.prune()
+	return err
+}
+
+// Tick advances the key schedule and reprograms every host in use: new
+// generations get inbound SAs, activated ones take over outbound traffic,
+// retired ones go.
+func (m *Manager) Tick() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	changed, err := m.keyring.Tick(m.now())
+	if err != nil {
+		return err
+	}
+	if len(m.vnis) > 0 {
+		if err := m.fw.Repair(); err != nil {
+			m.log.Warn("repair firewall rules", "err", err)
+		}
+	}
+	if changed {
+		m.publish(m.keyring.Public())
+	}
+	return m.reconcileAll()
+}
+
+// Rotate starts a new generation now, outside the schedule.
+func (m *Manager) Rotate() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.keyring.ForceRotate(m.now()); err != nil {
+		return err
+	}
+	m.publish(m.keyring.Public())
+	return m.reconcileAll()
+}
+
+// Run ticks every interval until ctx ends.
+func (m *Manager) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := m.Tick(); err != nil {
+				m.log.Warn("encryption tick", "err", err)
+			}
+		}
+	}
+}
+
+// Close removes every SA, policy and firewall rule of ours.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for vni := range m.vnis {
+		errs = append(errs, m.fw.DisableVNI(vni))
+	}
+	clear(m.vnis)
+	errs = append(errs, m.xfrm.Flush())
+	clear(m.remotes)
+	clear(m.refs)
+	return errors.Join(errs...)
+}
+
+func (m *Manager) reconcileAll() error {
+	var errs []error
+	for _, vtep := range slices.Collect(maps.Keys(m.remotes)) {
+		errs = append(errs, m.reconcile(vtep))
+	}
+	for vtep := range m.refs {
+		if _, done := m.remotes[vtep]; !done {
+			errs = append(errs, m.reconcile(vtep))
+		}
+	}
+	m.prune()
+	return errors.Join(errs...)
+}
+
+// reconcile makes the kernel's SAs and policy towards vtep what the keys
+// and refcounts imply: new SAs first, then the policy switches, then stale
+// SAs go, so no packet ever meets a missing SA. Caller holds mu.
+func (m *Manager) reconcile(vtep netip.Addr) error {
+	if m.unsupported != nil {
+		return nil
+	}
+	r := m.remotes[vtep]
+	if r == nil {
+		r = &remote{sas: map[uint32]Direction{}}
+	}
+	want := map[uint32]SA{}
+	var out SA
+	hasOut := false
+	var errs []error
+	if m.refs[vtep] > 0 {
+		now := m.now()
+		own := m.keyring.Public()
+		peer := m.peerKeys[vtep]
+		for _, pk := range peer {
+			for _, g := range own {
+				sa, err := m.sa(Direction{Src: vtep, Dst: m.local, SrcGen: pk.Gen, DstGen: g.Gen}, g.Gen, pk.Key)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				want[sa.SPI] = sa
+			}
+		}
+		a, okA := Active(own, now)
+		b, okB := Active(peer, now)
+		if okA && okB {
+			sa, err := m.sa(Direction{Src: m.local, Dst: vtep, SrcGen: a.Gen, DstGen: b.Gen}, a.Gen, b.Key)
+			if err != nil {
+				errs = append(errs, err)
+			} else {
+				want[sa.SPI], out, hasOut = sa, sa, true
+			}
+		}
+	}
+	for spi, sa := range want {
+		if _, ok := r.sas[spi]; ok {
+			continue
+		}
+		if err := m.xfrm.AddSA(sa); err != nil {
+			errs = append(errs, fmt.Errorf("add SA %s: %w", sa.Direction, err))
+			delete(want, spi)
+			if hasOut && spi == out.SPI {
+				hasOut = false
+			}
+			continue
+		}
+		r.sas[spi] = sa.Direction
+	}
+	switch {
+	case m.refs[vtep] == 0:
+		if r.hasPolicy {
+			if err := m.xfrm.DeletePolicy(m.local, vtep, m.port); err != nil {
+				errs = append(errs, err)
+			} else {
+				r.hasPolicy = false
+			}
+		}
+	case hasOut && (!r.hasPolicy || r.policy != out.SPI):
+		if err := m.xfrm.SetPolicy(m.local, vtep, m.port, out.SPI); err != nil {
+			errs = append(errs, err)
+		} else {
+			r.policy, r.hasPolicy = out.SPI, true
+		}
+	case !hasOut && (!r.hasPolicy || r.policy != 0):
+		if err := m.xfrm.BlockPolicy(m.local, vtep, m.port); err != nil {
+			errs = append(errs, err)
+		} else {
+			r.policy, r.hasPolicy = 0, true
+		}
+	}
+	for spi, d := range r.sas {
+		if _, ok := want[spi]; ok || (r.hasPolicy && spi == r.policy) {
+			continue
+		}
+		if err := m.xfrm.DeleteSA(d.Src, d.Dst, spi); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(r.sas, spi)
+	}
+	if len(r.sas) == 0 && !r.hasPolicy {
+		delete(m.remotes, vtep)
+	} else {
+		m.remotes[vtep] = r
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		m.lastErr = err
+		m.log.Warn("program IPsec", "remote", vtep, "err", err)
+	}
+	return err
+}
+
+// sa returns the key material of d, computing it once per direction. own is
+// our generation in d, peerKey the other end's public key.
+func (m *Manager) sa(d Direction, own uint64, peerKey []byte) (SA, error) {
+	if sa, ok := m.derived[d]; ok {
+		return sa, nil
+	}
+	shared, err := m.keyring.Shared(own, peerKey)
+	if err != nil {
+		return SA{}, err
+	}
+	defer clear(shared)
+	sa, err := DeriveSA(shared, m.secret, d)
+	if err != nil {
+		return SA{}, err
+	}
+	m.derived[d] = sa
+	return sa, nil
+}
+
+// prune forgets derived keys whose generations are gone on either side.
+func (m *Manager) prune() {
+	own := map[uint64]bool{}
+	for _, g := range m.keyring.Public() {
+		own[g.Gen] = true
+	}
+	for d, sa := range m.derived {
+		ours, theirs := d.SrcGen, d.DstGen
+		peer := d.Dst
+		if d.Dst == m.local {
+			ours, theirs, peer = d.DstGen, d.SrcGen, d.Src
+		}
+		if !own[ours] || !slices.ContainsFunc(m.peerKeys[peer], func(k PublicKey) bool { return k.Gen == theirs }) {
+			clear(sa.Key)
+			delete(m.derived, d)
+		}
+	}
+}

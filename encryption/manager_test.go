@@ -1,0 +1,386 @@
+package encryption
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+)
+
+type fakeFirewall struct {
+	// mu guards vnis. Leaf lock.
+	mu   sync.Mutex
+	vnis map[uint32]bool
+}
+
+func (f *fakeFirewall) EnableVNI(v uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.vnis[v] = true
+	return nil
+}
+
+func (f *fakeFirewall) Repair() error { return nil }
+
+func (f *fakeFirewall) DisableVNI(v uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.vnis, v)
+	return nil
+}
+
+// clock is a settable time source shared by a test's managers.
+type clock struct {
+	// mu guards t. Leaf lock.
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// host is one node: a manager with its fake kernel and its published keys,
+// which the test's gossip carries to the other hosts.
+type host struct {
+	m    *Manager
+	x    *FakeXFRM
+	fw   *fakeFirewall
+	addr netip.Addr
+
+	// mu guards pub. Leaf lock, taken under the manager's mutex.
+	mu  sync.Mutex
+	pub []PublicKey
+}
+
+func newHost(t *testing.T, addr string, now func() time.Time) *host {
+	t.Helper()
+	h := &host{x: NewFakeXFRM(), fw: &fakeFirewall{vnis: map[uint32]bool{}}, addr: netip.MustParseAddr(addr)}
+	m, err := NewManager(Config{XFRM: h.x, Firewall: h.fw, Secret: secret, Local: h.addr, Port: 4789,
+		Schedule: testSchedule(), Now: now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Publish: func(k []PublicKey) { h.mu.Lock(); h.pub = k; h.mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	return h
+}
+
+func (h *host) published() []PublicKey { h.mu.Lock(); defer h.mu.Unlock(); return h.pub }
+
+// gossip delivers every host's current keys to every other host.
+func gossip(t *testing.T, hosts ...*host) {
+	t.Helper()
+	for _, from := range hosts {
+		for _, to := range hosts {
+			if from != to {
+				if err := to.m.SetPeerKeys(from.addr, from.published()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// checkPath verifies that traffic from a to b would be encrypted with an SA
+// b can decrypt: a's policy names an SA a holds, and b holds the same SPI
+// with the same key.
+func checkPath(t *testing.T, a, b *host) {
+	t.Helper()
+	pols, err := a.x.Policies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spi uint32
+	found := false
+	for _, p := range pols {
+		if p.Dst == b.addr {
+			spi, found = p.SPI, true
+		}
+	}
+	if !found || spi == 0 {
+		t.Fatalf("%s→%s: no usable outbound policy (found=%v spi=%#x)", a.addr, b.addr, found, spi)
+	}
+	out, ok := a.x.Key(b.addr, spi)
+	if !ok {
+		t.Fatalf("%s→%s: policy SPI %#x has no SA at the sender", a.addr, b.addr, spi)
+	}
+	in, ok := b.x.Key(b.addr, spi)
+	if !ok {
+		t.Fatalf("%s→%s: SPI %#x has no inbound SA at the receiver: packets would be lost", a.addr, b.addr, spi)
+	}
+	if !bytes.Equal(in, out) {
+		t.Fatalf("%s→%s: sender and receiver keys differ for SPI %#x", a.addr, b.addr, spi)
+	}
+}
+
+func TestTwoHostsAgreeAndBlockUntilKeysKnown(t *testing.T) {
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	b := newHost(t, "198.51.100.2", c.now)
+	if err := a.m.AddRemote(b.addr); err != nil {
+		t.Fatal(err)
+	}
+	// b's keys are unknown: traffic is blocked, not sent in clear.
+	pols, _ := a.x.Policies()
+	if len(pols) != 1 || pols[0].SPI != 0 {
+		t.Fatalf("want one blocking policy before keys are known, got %+v", pols)
+	}
+	if err := b.m.AddRemote(a.addr); err != nil {
+		t.Fatal(err)
+	}
+	gossip(t, a, b)
+	checkPath(t, a, b)
+	checkPath(t, b, a)
+}
+
+func TestRefcountsAcrossNetworks(t *testing.T) {
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	b := newHost(t, "198.51.100.2", c.now)
+	gossip(t, a, b)
+	for range 2 { // two networks reach b
+		if err := a.m.AddRemote(b.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.m.RemoveRemote(b.addr); err != nil {
+		t.Fatal(err)
+	}
+	if pols, _ := a.x.Policies(); len(pols) != 1 {
+		t.Fatal("state removed while another network still reaches the host")
+	}
+	if err := a.m.RemoveRemote(b.addr); err != nil {
+		t.Fatal(err)
+	}
+	pols, _ := a.x.Policies()
+	states, _ := a.x.States()
+	if len(pols) != 0 || len(states) != 0 {
+		t.Fatalf("state left after the last reference: %+v %+v", pols, states)
+	}
+	if err := a.m.RemoveRemote(b.addr); err != nil { // extra removes are harmless
+		t.Fatal(err)
+	}
+}
+
+func TestVNIFirewallRefcount(t *testing.T) {
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	for range 2 {
+		if err := a.m.EnableVNI(300); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.m.DisableVNI(300); err != nil {
+		t.Fatal(err)
+	}
+	if !a.fw.vnis[300] {
+		t.Fatal("firewall rule removed while still used")
+	}
+	if err := a.m.DisableVNI(300); err != nil {
+		t.Fatal(err)
+	}
+	if a.fw.vnis[300] {
+		t.Fatal("firewall rule kept after the last user")
+	}
+}
+
+func TestUnsupportedKernel(t *testing.T) {
+	x := NewFakeXFRM()
+	x.CheckErr = NoESPError()
+	m, err := NewManager(Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: secret,
+		Local: hostA, Port: 4789, Schedule: testSchedule(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EnableVNI(300); !errors.Is(err, ErrNoESP) {
+		t.Fatalf("EnableVNI on a kernel without ESP: %v", err)
+	}
+}
+
+// TestRotationNeverLosesAPacket walks three hosts through several
+// rotations with gossip lagging one step and clocks skewed, checking after
+// every step that each direction's outbound SA exists at the receiver with
+// the same key.
+func TestRotationNeverLosesAPacket(t *testing.T) {
+	s := testSchedule()
+	clocks := []*clock{{t: t0}, {t: t0.Add(20 * time.Second)}, {t: t0.Add(-20 * time.Second)}}
+	hosts := []*host{
+		newHost(t, "198.51.100.1", clocks[0].now),
+		newHost(t, "198.51.100.2", clocks[1].now),
+		newHost(t, "198.51.100.3", clocks[2].now),
+	}
+	for _, h := range hosts {
+		for _, o := range hosts {
+			if h != o {
+				if err := h.m.AddRemote(o.addr); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	gossip(t, hosts...)
+	step := 10 * time.Second
+	gens := map[uint64]bool{}
+	for i := time.Duration(0); i < 4*s.Interval; i += step {
+		for j, h := range hosts {
+			clocks[j].add(step)
+			if err := h.m.Tick(); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range h.published() {
+				gens[k.Gen] = true
+			}
+		}
+		for _, a := range hosts {
+			for _, b := range hosts {
+				if a != b {
+					checkPath(t, a, b)
+				}
+			}
+		}
+		gossip(t, hosts...) // arrives one step late
+	}
+	if len(gens) < 3*4 {
+		t.Fatalf("only %d generations in 4 intervals on 3 hosts: rotation did not run", len(gens))
+	}
+	// Retired generations leave no SA behind: each host holds inbound SAs
+	// for at most 2 own × 2 peer generations per peer, plus outbound.
+	for _, h := range hosts {
+		states, _ := h.x.States()
+		if len(states) > 2*(4+1) {
+			t.Errorf("%s holds %d SAs: retired ones are not removed", h.addr, len(states))
+		}
+	}
+}
+
+func TestForcedRotationSwitchesAfterLead(t *testing.T) {
+	s := testSchedule()
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	b := newHost(t, "198.51.100.2", c.now)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(a.m.AddRemote(b.addr))
+	must(b.m.AddRemote(a.addr))
+	gossip(t, a, b)
+	pol := func() uint32 { p, _ := a.x.Policies(); return p[0].SPI }
+	before := pol()
+	must(a.m.Rotate())
+	gossip(t, a, b)
+	if pol() != before {
+		t.Fatal("sender switched before the new generation's lead time")
+	}
+	checkPath(t, a, b)
+	c.add(s.Lead)
+	must(a.m.Tick())
+	must(b.m.Tick())
+	if pol() == before {
+		t.Fatal("sender did not switch after the lead time")
+	}
+	checkPath(t, a, b)
+	checkPath(t, b, a)
+}
+
+// TestConcurrentRotationAndPeers races rotation, ticks, key updates and
+// remote add/remove under -race, then checks that the fake kernel holds
+// exactly what the refcounts imply.
+func TestConcurrentRotationAndPeers(t *testing.T) {
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	peers := make([]*host, 4)
+	for i := range peers {
+		peers[i] = newHost(t, fmt.Sprintf("198.51.100.%d", 10+i), c.now)
+	}
+	gossip(t, append([]*host{a}, peers...)...)
+	var refsMu sync.Mutex
+	refs := countmap.Map[netip.Addr]{}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for range 300 {
+				p := peers[r.IntN(len(peers))]
+				switch r.IntN(6) {
+				case 0, 1:
+					refsMu.Lock()
+					refs.Add(p.addr, 1)
+					err := a.m.AddRemote(p.addr)
+					refsMu.Unlock()
+					if err != nil {
+						t.Error(err)
+					}
+				case 2:
+					refsMu.Lock()
+					if refs[p.addr] > 0 {
+						refs.Add(p.addr, -1)
+						if err := a.m.RemoveRemote(p.addr); err != nil {
+							t.Error(err)
+						}
+					}
+					refsMu.Unlock()
+				case 3:
+					if r.IntN(10) == 0 {
+						_ = p.m.Rotate()
+					}
+					_ = a.m.SetPeerKeys(p.addr, p.published())
+				case 4:
+					c.add(time.Second)
+					_ = a.m.Tick()
+				case 5:
+					if r.IntN(20) == 0 {
+						_ = a.m.Rotate()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Settle: everyone learns everyone's latest keys.
+	for _, p := range peers {
+		if err := p.m.SetPeerKeys(a.addr, a.published()); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.m.SetPeerKeys(p.addr, p.published()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pols, _ := a.x.Policies()
+	polBy := map[netip.Addr]uint32{}
+	for _, p := range pols {
+		polBy[p.Dst] = p.SPI
+	}
+	states, _ := a.x.States()
+	for _, p := range peers {
+		if refs[p.addr] == 0 {
+			if _, ok := polBy[p.addr]; ok {
+				t.Errorf("policy to unreferenced %s", p.addr)
+			}
+			for _, s := range states {
+				if s.Src == p.addr || s.Dst == p.addr {
+					t.Errorf("SA %+v for unreferenced %s", s, p.addr)
+				}
+			}
+			continue
+		}
+		if err := p.m.AddRemote(a.addr); err != nil {
+			t.Fatal(err)
+		}
+		checkPath(t, a, p)
+	}
+}
