@@ -56,7 +56,25 @@ type Config struct {
 	AdvertiseAddr netip.Addr
 	// VXLANPort is the UDP port of every VXLAN device.
 	VXLANPort uint16
-	Logger    *slog.Logger
+	// Encryption serves encrypted networks; nil when no cluster secret is
+	// configured, which makes them an error.
+	Encryption Encryption
+	Logger     *slog.Logger
+}
+
+// Encryption is the IPsec side of encrypted networks (encryption.Manager).
+// The driver calls it with a network lock held: its mutex sits below
+// network.mu.
+type Encryption interface {
+	// Supported says why this kernel cannot encrypt, or nil.
+	Supported() error
+	// EnableVNI and DisableVNI guard a VNI in local use.
+	EnableVNI(vni uint32) error
+	DisableVNI(vni uint32) error
+	// AddRemote and RemoveRemote take and drop a reference on the IPsec
+	// state towards a remote VTEP.
+	AddRemote(vtep netip.Addr) error
+	RemoveRemote(vtep netip.Addr) error
 }
 
 // Driver implements go-plugins-helpers' network.Driver.
@@ -67,6 +85,7 @@ type Driver struct {
 	port       uint16
 	log        *slog.Logger
 	configured netip.Addr // AdvertiseAddr from Config; immutable
+	enc        Encryption // immutable; nil without a cluster secret
 	// cp is the control plane, nil until SetControlPlane. Atomic rather
 	// than under mu: it is read under network locks on every join.
 	cp atomic.Pointer[ControlPlane]
@@ -102,6 +121,7 @@ func New(cfg Config) (*Driver, error) {
 		port:       cfg.VXLANPort,
 		log:        log,
 		configured: cfg.AdvertiseAddr,
+		enc:        cfg.Encryption,
 		networks:   map[string]*network{},
 	}, nil
 }
@@ -189,6 +209,17 @@ func (d *Driver) Close() error {
 		n.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// encryptionReady says why encrypted networks cannot be served here.
+func (d *Driver) encryptionReady() error {
+	if d.enc == nil {
+		return fmt.Errorf("%w: encrypted networks need a cluster secret: start every plugin with --secret-file (OVERLAY_SECRET_FILE)", ErrInvalid)
+	}
+	if err := d.enc.Supported(); err != nil {
+		return fmt.Errorf("%w: encrypted networks cannot work on this host: %v", ErrInvalid, err)
+	}
+	return nil
 }
 
 // validID accepts the ids Docker generates (hex, or swarm's base-36) and

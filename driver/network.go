@@ -11,6 +11,7 @@ import (
 
 	api "github.com/docker/go-plugins-helpers/network"
 
+	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -69,6 +70,11 @@ func (d *Driver) AllocateNetwork(req *api.AllocateNetworkRequest) (*api.Allocate
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	if opts.encrypted {
+		if err := d.encryptionReady(); err != nil {
+			return nil, err
+		}
+	}
 	id := opts.vni
 	if id != 0 {
 		if err := d.vnis.Reserve(req.NetworkID, id); err != nil {
@@ -112,6 +118,11 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 	}
 	if opts.vni == 0 {
 		return fmt.Errorf("%w: network %s has no %s option: it must be created through the swarm (AllocateNetwork)", ErrInvalid, req.NetworkID, OptVNI)
+	}
+	if opts.encrypted {
+		if err := d.encryptionReady(); err != nil {
+			return err
+		}
 	}
 	if opts.vni < vni.UserRange.Min || opts.vni > vni.UserRange.Max {
 		return fmt.Errorf("%w: network %s: VNI %d is outside %d-%d (Docker's own overlay uses 4096 and up on the same port)",
@@ -197,14 +208,31 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if local.Is6() {
 		mtu = underMTU - overheadIPv6
 	}
+	if n.opts.encrypted {
+		mtu -= encryption.Overhead
+	}
 	if n.opts.mtu != 0 && n.opts.mtu < mtu {
 		mtu = n.opts.mtu
 	}
 	if mtu < 1280 && slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
 		return fmt.Errorf("underlay MTU %d leaves %d for the overlay, below IPv6's minimum of 1280", underMTU, mtu)
 	}
+	if n.opts.encrypted {
+		// Guard the VNI before its VXLAN device exists.
+		if err := d.encryptionReady(); err != nil {
+			return err
+		}
+		if err := d.enc.EnableVNI(n.vni); err != nil {
+			return fmt.Errorf("network %s: %w", n.id, err)
+		}
+	}
 	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: d.port, Local: local, MTU: mtu}
 	if err := d.kernel.CreateSandbox(spec); err != nil {
+		if n.opts.encrypted {
+			if derr := d.enc.DisableVNI(n.vni); derr != nil {
+				d.log.Warn("undo firewall rules", "network", n.id, "err", derr)
+			}
+		}
 		return fmt.Errorf("create sandbox for network %s: %w", n.id, err)
 	}
 	n.sandbox, n.mtu = n.id, mtu
@@ -243,6 +271,16 @@ func (d *Driver) teardownSandbox(n *network) error {
 			}
 		}
 	}
+	if n.opts.encrypted {
+		for vtep := range n.vteps {
+			if err := d.enc.RemoveRemote(vtep); err != nil {
+				d.log.Warn("release IPsec state", "network", n.id, "remote", vtep, "err", err)
+			}
+		}
+		if err := d.enc.DisableVNI(n.vni); err != nil {
+			d.log.Warn("remove firewall rules", "network", n.id, "err", err)
+		}
+	}
 	n.sandbox, n.joined, n.mtu = "", 0, 0
 	clear(n.fdb)
 	clear(n.vteps)
@@ -275,13 +313,22 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 		}
 		e := kernel.FDBEntry{MAC: c.New.MAC, VTEP: c.New.VTEP}
 		if n.fdb.Add(e, 1) == 1 {
+			if n.vteps.Add(e.VTEP, 1) == 1 {
+				// The host's IPsec policy exists before its first FDB
+				// entry can send it anything.
+				if n.opts.encrypted {
+					if err := d.enc.AddRemote(e.VTEP); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				if n.opts.flood {
+					if err := d.kernel.AddFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP}); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			}
 			if err := d.kernel.AddFDB(n.sandbox, e); err != nil {
 				errs = append(errs, err)
-			}
-			if n.vteps.Add(e.VTEP, 1) == 1 && n.opts.flood {
-				if err := d.kernel.AddFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP}); err != nil {
-					errs = append(errs, err)
-				}
 			}
 		}
 	} else if c.Old != nil && !c.Old.Local {
@@ -295,10 +342,17 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 			if err := d.kernel.DeleteFDB(n.sandbox, e); err != nil && !errors.Is(err, kernel.ErrNotFound) {
 				errs = append(errs, err)
 			}
-			if n.vteps.Add(e.VTEP, -1) == 0 && n.opts.flood {
-				err := d.kernel.DeleteFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP})
-				if err != nil && !errors.Is(err, kernel.ErrNotFound) {
-					errs = append(errs, err)
+			if n.vteps.Add(e.VTEP, -1) == 0 {
+				if n.opts.flood {
+					err := d.kernel.DeleteFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP})
+					if err != nil && !errors.Is(err, kernel.ErrNotFound) {
+						errs = append(errs, err)
+					}
+				}
+				if n.opts.encrypted {
+					if err := d.enc.RemoveRemote(e.VTEP); err != nil {
+						errs = append(errs, err)
+					}
 				}
 			}
 		}

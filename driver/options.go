@@ -80,9 +80,6 @@ func parseOptions(opts map[string]string) (netOptions, error) {
 			}
 		}
 	}
-	if o.encrypted {
-		return o, fmt.Errorf("option %s: this build of the plugin cannot encrypt yet; create the network without it", OptEncrypted)
-	}
 	return o, nil
 }
 

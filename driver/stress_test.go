@@ -96,6 +96,8 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 	fake := fakekernel.New()
 	k := &exclusiveKernel{Kernel: fake, t: t, busy: map[string]bool{}}
 	d := newTestDriver(t, k)
+	fe := newFakeEncryption()
+	d.enc = fe
 
 	nid := func(r *rand.Rand) string { return fmt.Sprintf("net%d", r.IntN(networks)) }
 	vniOf := func(id string) uint32 { return 300 + uint32(id[3]-'0') }
@@ -109,8 +111,11 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 				switch r.IntN(10) {
 				case 0:
 					req := createNetReq(n, vniOf(n))
-					if n == "net1" {
+					switch n {
+					case "net1":
 						req.Options[genericOptionsKey].(map[string]any)[OptFlood] = ""
+					case "net2":
+						req.Options[genericOptionsKey].(map[string]any)[OptEncrypted] = ""
 					}
 					_ = d.CreateNetwork(req)
 				case 1:
@@ -144,6 +149,7 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 	}
 	wg.Wait()
 	checkInvariants(t, d, fake)
+	checkEncryptionRefs(t, d, fe)
 	// Guard against a vacuous run: the races must have done real work.
 	for _, op := range []fakekernel.Op{fakekernel.OpCreateSandbox, fakekernel.OpDeleteSandbox,
 		fakekernel.OpAddVeth, fakekernel.OpSetNeighbor, fakekernel.OpAddFDB, fakekernel.OpDeleteFDB} {
@@ -164,6 +170,35 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 	}
 	if snap := fake.Snapshot(); len(snap) != 0 {
 		t.Fatalf("sandboxes left after deleting every network: %v", snap)
+	}
+	if refs, vnis := fe.snapshot(); len(refs) != 0 || len(vnis) != 0 {
+		t.Fatalf("IPsec references left after deleting every network: %v %v", refs, vnis)
+	}
+}
+
+// checkEncryptionRefs checks that every encrypted network with a sandbox
+// holds one reference per remote VTEP it reaches and guards its VNI, and
+// nothing else holds any.
+func checkEncryptionRefs(t *testing.T, d *Driver, fe *fakeEncryption) {
+	t.Helper()
+	wantRefs := map[netip.Addr]int{}
+	wantVNIs := map[uint32]int{}
+	for _, id := range d.networkIDs() {
+		n := d.lockNetwork(id)
+		if n == nil {
+			continue
+		}
+		if n.opts.encrypted && n.sandbox != "" {
+			wantVNIs[n.vni]++
+			for vtep := range n.vteps {
+				wantRefs[vtep]++
+			}
+		}
+		n.mu.Unlock()
+	}
+	refs, vnis := fe.snapshot()
+	if !maps.Equal(refs, wantRefs) || !maps.Equal(vnis, wantVNIs) {
+		t.Errorf("IPsec references %v / VNIs %v, want %v / %v", refs, vnis, wantRefs, wantVNIs)
 	}
 }
 
