@@ -1,0 +1,761 @@
+// Package cluster is the plugin's own control plane: the instances of the
+// plugin on every host find each other with hashicorp/memberlist and
+// replicate the table of endpoints (network, endpoint → IPs, MAC, VTEP) by
+// gossip, because Docker gives a network plugin no peer table.
+//
+// # Table and versions
+//
+// Every node owns the records of its local endpoints and is the only one to
+// version them. A version is (Epoch, Seq): Epoch is the node's start time in
+// ns (moved past any higher epoch found under its own name, so a clock that
+// stepped back across a restart cannot make the new incarnation lose), Seq
+// a per-node counter. Newer wins, equal is a no-op, older is dropped. A
+// delete is a tombstone with a newer version, kept for TombstoneTTL; on the
+// wire a tombstone carries its age, not a timestamp, so skew between
+// clocks does not matter. A delete and a re-create of the same endpoint id
+// therefore end in the re-created state everywhere, in whatever order or
+// combination they arrive (moby #49908).
+//
+// # Ownership
+//
+// A record is accepted only from an owner that is a member, alive or gone
+// for less than DeadGrace (a falsely suspected node keeps publishing);
+// records of an owner gone past the grace are rejected, so a lagging node
+// cannot resurrect what every node purged. Records whose owner is not yet
+// known are held (bounded) until it joins, so gossip that outruns the
+// owner's alive message is not lost. A record for an
+// endpoint held under another owner is rejected unless that owner is gone
+// past the grace period; a live record whose VTEP differs from the address
+// its owner advertises in its memberlist meta is rejected. A record under
+// this node's own name that this node does not hold is from an earlier
+// incarnation: it is retracted with a newer tombstone.
+//
+// # Dissemination
+//
+// Changes are broadcast one record per message through a
+// memberlist.TransmitLimitedQueue (a newer message for the same endpoint
+// replaces a queued older one) and relayed once by every node that accepts
+// them, which makes them epidemic; push/pull exchanges the whole table
+// (live records and tombstones) as anti-entropy. Nodes that fail or leave
+// keep their records for DeadGrace, then every node drops them locally.
+// Every RejoinInterval the node re-joins seeds, Docker's node hints and
+// former members that are not alive, which heals partitions and restarts.
+//
+// # Delivery
+//
+// Changes to remote records mark (network, endpoint) keys dirty; one
+// goroutine takes the dirty set, copies the CURRENT values under the lock
+// and calls the Sink with no lock held (AddPeer for a live remote record,
+// DeletePeer otherwise). A stale value can therefore never overwrite a
+// newer one, and bursts coalesce.
+//
+// # Locks
+//
+// Cluster.mu is the only lock of this package. It sits below the driver's
+// network.mu (Publish, Retract and Snapshot are called with one held) and
+// below memberlist's internal node lock (memberlist calls its event
+// delegate with that held). Above it nothing; below it only the broadcast
+// queue's internal lock, a leaf. With mu held the package never calls the
+// Sink, never calls a memberlist.Memberlist method and never blocks on a
+// channel.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// Sink receives remote endpoint changes. Implemented by *driver.Driver.
+// Called from the cluster's delivery goroutine with NO cluster lock held.
+// Returns driver.ErrNotFound-wrapped errors for networks that do not exist
+// locally; any error is treated as "not applicable now" (logged at debug),
+// not fatal.
+type Sink interface {
+	AddPeer(networkID string, p peerdb.Peer) error
+	DeletePeer(networkID, endpointID string) error
+}
+
+// Config builds a Cluster.
+type Config struct {
+	NodeName      string     // unique per node; memberlist node name
+	BindAddr      string     // gossip bind address (default "0.0.0.0")
+	BindPort      int        // gossip port; 0 picks a free one (tests)
+	AdvertiseAddr netip.Addr // this node's address for gossip AND its VTEP
+	Join          []string   // seeds host[:port]; port defaults to BindPort
+	// SecretKey is nil, or 32 bytes: gossip is then encrypted and
+	// authenticated (AES-256-GCM), and plaintext gossip is refused.
+	SecretKey      []byte
+	DeadGrace      time.Duration // how long a gone node's records survive (default 30s)
+	TombstoneTTL   time.Duration // how long delete tombstones are kept (default 10m)
+	RejoinInterval time.Duration // how often to re-join known addresses that are not alive (default 10s)
+	// Transport is nil for memberlist's UDP+TCP transport; tests pass
+	// in-memory transports (memberlist.MockNetwork, or cluster/memnet).
+	Transport memberlist.Transport
+	// MemberlistConfig, if set, may adjust memberlist's configuration
+	// (DefaultLANConfig with this package's settings applied) before it is
+	// used; Name, Delegate and Events are restored afterwards.
+	MemberlistConfig func(*memberlist.Config)
+	Sink             Sink
+	Logger           *slog.Logger
+	Clock            func() time.Time // nil: time.Now
+}
+
+// Defaults.
+const (
+	// DefaultBindPort is the suggested gossip port (New does not apply it:
+	// BindPort 0 picks a free port). Docker's own NetworkDB uses 7946 on
+	// the same host, so the plugin must not.
+	DefaultBindPort       = 7947
+	DefaultDeadGrace      = 30 * time.Second
+	DefaultTombstoneTTL   = 10 * time.Minute
+	DefaultRejoinInterval = 10 * time.Second
+	// maxBroadcastQueue bounds queued broadcasts; anti-entropy repairs what
+	// pruning drops.
+	maxBroadcastQueue = 8192
+	// joinParallelism bounds concurrent join attempts of one rejoin round.
+	joinParallelism = 4
+	// candidateTTL: how long an address seen as a member (but neither a seed
+	// nor a Docker hint) stays a rejoin candidate after it was last alive.
+	candidateTTL = time.Hour
+)
+
+// Cluster is one node of the gossip control plane.
+type Cluster struct {
+	name     string
+	log      *slog.Logger
+	clock    func() time.Time
+	sink     Sink
+	port     int           // gossip port, for hints and seeds without one
+	selfAddr string        // own gossip host:port
+	leaveTO  time.Duration // bound on the graceful leave in Close
+	sweepInt time.Duration
+	rejoin   time.Duration
+	meta     []byte                 // memberlist node meta: VTEP and start epoch; immutable
+	ml       *memberlist.Memberlist // set in New before any goroutine of ours starts
+	queue    *memberlist.TransmitLimitedQueue
+
+	// mu guards st (records, members, pending records, the dirty set and
+	// this node's version clock) and cands. Lock order: below the driver's
+	// network.mu and memberlist's node lock; only the broadcast queue's
+	// internal (leaf) lock is taken under it. Never call the Sink or a
+	// memberlist.Memberlist method, nor block, while holding it.
+	mu    sync.Mutex
+	st    *state
+	cands map[string]*candidate
+
+	numAlive                     atomic.Int64 // alive members incl. self; read by the queue
+	bytesIn, bytesOut            atomic.Uint64
+	msgsIn, statesIn, statesOut  atomic.Uint64
+	decodeErrs, deliveries, sErr atomic.Uint64
+	lastDecodeWarn               atomic.Int64 // unix ns of the last decode warning
+
+	deliverCh chan struct{} // 1-buffered wake-ups of the delivery goroutine
+	joinCh    chan struct{} // 1-buffered wake-ups of the rejoin goroutine
+	stop      chan struct{}
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup
+}
+
+type candidateKind int
+
+const (
+	candSeed candidateKind = 1 << iota
+	candHint
+	candSeen
+)
+
+// candidate is an address to (re)join when it is not an alive member.
+type candidate struct {
+	kinds     candidateKind
+	lastAlive time.Time
+}
+
+// New creates the memberlist, starts the goroutines and joins the seeds in
+// the background: start-up never waits for other nodes.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("cluster: NodeName is required")
+	}
+	if len(cfg.NodeName) > maxIDLen {
+		return nil, fmt.Errorf("cluster: NodeName longer than %d bytes", maxIDLen)
+	}
+	adv := cfg.AdvertiseAddr.Unmap()
+	if !adv.IsValid() || adv.IsUnspecified() || adv.IsMulticast() || adv.Zone() != "" {
+		return nil, fmt.Errorf("cluster: AdvertiseAddr %v is not a usable unicast address", cfg.AdvertiseAddr)
+	}
+	if cfg.SecretKey != nil && len(cfg.SecretKey) != 32 {
+		return nil, fmt.Errorf("cluster: SecretKey must be 32 bytes, got %d", len(cfg.SecretKey))
+	}
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = "0.0.0.0"
+	}
+	if cfg.DeadGrace <= 0 {
+		cfg.DeadGrace = DefaultDeadGrace
+	}
+	if cfg.TombstoneTTL <= 0 {
+		cfg.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if cfg.RejoinInterval <= 0 {
+		cfg.RejoinInterval = DefaultRejoinInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	lg := cfg.Logger.With("component", "cluster", "node", cfg.NodeName)
+	if cfg.TombstoneTTL < cfg.DeadGrace {
+		// A node cut off for less than the grace keeps the records it had;
+		// if the tombstones that delete them expired meanwhile, it brings
+		// them back (until their owners retract them again).
+		lg.Warn("TombstoneTTL is shorter than DeadGrace: deleted endpoints can briefly come back after a partition",
+			"tombstoneTTL", cfg.TombstoneTTL, "deadGrace", cfg.DeadGrace)
+	}
+	if cfg.SecretKey == nil {
+		lg.Warn("gossip is neither encrypted nor authenticated: anyone who can reach the gossip port can inject endpoints; set a 32-byte secret key")
+	}
+
+	c := &Cluster{
+		name:      cfg.NodeName,
+		log:       lg,
+		clock:     cfg.Clock,
+		sink:      cfg.Sink,
+		rejoin:    cfg.RejoinInterval,
+		cands:     map[string]*candidate{},
+		deliverCh: make(chan struct{}, 1),
+		joinCh:    make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+	}
+	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
+	c.st = newState(cfg.NodeName, adv, epoch, cfg.DeadGrace, cfg.TombstoneTTL, lg)
+	c.meta = encodeMeta(adv, epoch)
+	c.sweepInt = min(max(min(cfg.DeadGrace, cfg.TombstoneTTL)/20, 5*time.Millisecond), time.Second)
+
+	mc := memberlist.DefaultLANConfig()
+	mc.BindAddr = cfg.BindAddr
+	mc.BindPort = cfg.BindPort
+	mc.AdvertiseAddr = adv.String()
+	mc.AdvertisePort = cfg.BindPort
+	mc.Transport = cfg.Transport
+	if cfg.SecretKey != nil {
+		mc.SecretKey = append([]byte(nil), cfg.SecretKey...)
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist")}, "", 0)
+	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = wireVersion, wireVersion, wireVersion
+	if cfg.MemberlistConfig != nil {
+		cfg.MemberlistConfig(mc)
+	}
+	mc.Name = cfg.NodeName
+	mc.Delegate = &delegate{c}
+	mc.Events = &events{c}
+	if mc.LogOutput != nil {
+		mc.Logger = nil
+	}
+
+	c.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },
+		RetransmitMult: mc.RetransmitMult,
+	}
+	c.leaveTO = min(max(10*mc.GossipInterval, 100*time.Millisecond), 3*time.Second)
+
+	for _, s := range cfg.Join {
+		if s == "" {
+			continue
+		}
+		c.cands[s] = &candidate{kinds: candSeed}
+	}
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start memberlist: %w", err)
+	}
+	c.ml = ml
+	self := ml.LocalNode()
+	c.port = int(self.Port)
+	c.selfAddr = self.Address()
+	// Seeds without a port use the gossip port; normalise them now that
+	// the port is known (BindPort 0 picks one).
+	c.mu.Lock()
+	for s, cand := range c.cands {
+		if n := c.withPort(s); n != s {
+			delete(c.cands, s)
+			c.cands[n] = cand
+		}
+	}
+	c.mu.Unlock()
+
+	c.wg.Add(3)
+	go c.deliverLoop()
+	go c.sweepLoop()
+	go c.rejoinLoop()
+	lg.Info("gossip started", "addr", c.selfAddr, "vtep", adv, "epoch", epoch, "seeds", len(cfg.Join), "encrypted", cfg.SecretKey != nil)
+	return c, nil
+}
+
+// withPort returns host:port for an address that may lack the port.
+func (c *Cluster) withPort(s string) string {
+	if _, _, err := net.SplitHostPort(s); err == nil {
+		return s
+	}
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
+		return netip.AddrPortFrom(a.Unmap(), uint16(c.port)).String()
+	}
+	return net.JoinHostPort(s, strconv.Itoa(c.port))
+}
+
+// Close leaves the cluster gracefully (bounded by a few gossip intervals),
+// stops the goroutines and shuts memberlist down. No Sink call is made once
+// it returns. Idempotent.
+func (c *Cluster) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		close(c.stop)
+		if err := c.ml.Leave(c.leaveTO); err != nil {
+			c.log.Debug("graceful leave", "err", err)
+		}
+		c.closeErr = c.ml.Shutdown()
+		c.wg.Wait()
+		c.log.Info("gossip stopped")
+	})
+	return c.closeErr
+}
+
+// Publish announces a local endpoint that joined networkID. p.Local is
+// true on input; the record is published with VTEP = AdvertiseAddr. Called
+// with a driver network lock held: quick, never calls the Sink.
+func (c *Cluster) Publish(networkID string, p peerdb.Peer) {
+	if c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	err := c.st.publish(networkID, p)
+	c.flushLocked()
+	c.mu.Unlock()
+	if err != nil {
+		c.log.Error("endpoint not published", "network", networkID, "endpoint", p.EndpointID, "err", err)
+	}
+}
+
+// Retract withdraws a local endpoint that left: a tombstone newer than its
+// record. Called with a driver network lock held.
+func (c *Cluster) Retract(networkID, endpointID string) {
+	if c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	c.st.retract(networkID, endpointID, c.clock())
+	c.flushLocked()
+	c.mu.Unlock()
+}
+
+// Snapshot returns copies of the live remote records of the network
+// (excluding this node's own), sorted by endpoint id, for replay into a new
+// sandbox. Called with a driver network lock held.
+func (c *Cluster) Snapshot(networkID string) []peerdb.Peer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st.snapshot(networkID)
+}
+
+// NetworkAdded says the network now exists locally (AddPeer would find
+// it): all its remote records are delivered to the Sink again,
+// asynchronously.
+func (c *Cluster) NetworkAdded(networkID string) {
+	c.mu.Lock()
+	c.st.markNetwork(networkID)
+	c.mu.Unlock()
+	c.wake(c.deliverCh)
+}
+
+// NodeHint passes on Docker's word that a swarm node exists at addr: it is
+// joined at addr:gossip-port in the background and kept as a rejoin
+// candidate (until ForgetNode).
+func (c *Cluster) NodeHint(addr netip.Addr) {
+	if !addr.IsValid() || addr.IsUnspecified() {
+		return
+	}
+	a := netip.AddrPortFrom(addr.Unmap(), uint16(c.port)).String()
+	if a == c.selfAddr {
+		return
+	}
+	c.mu.Lock()
+	cand := c.cands[a]
+	if cand == nil {
+		cand = &candidate{}
+		c.cands[a] = cand
+	}
+	cand.kinds |= candHint
+	c.mu.Unlock()
+	c.wake(c.joinCh)
+}
+
+// ForgetNode drops a Docker hint (DiscoverDelete): the address is no longer
+// re-joined once it stops being a member. Membership itself is unaffected.
+func (c *Cluster) ForgetNode(addr netip.Addr) {
+	a := netip.AddrPortFrom(addr.Unmap(), uint16(c.port)).String()
+	c.mu.Lock()
+	if cand := c.cands[a]; cand != nil {
+		cand.kinds &^= candHint
+		if cand.kinds == 0 {
+			delete(c.cands, a)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// flushLocked moves the records the state wants broadcast into the queue,
+// in order. Caller holds c.mu; the queue's lock is a leaf below it.
+func (c *Cluster) flushLocked() {
+	if len(c.st.out) == 0 {
+		return
+	}
+	now := c.clock()
+	for _, r := range c.st.out {
+		c.queue.QueueBroadcast(&broadcast{
+			name: r.NetworkID + "\x00" + r.EndpointID,
+			msg:  encodeRecords(kindRecords, []*record{r}, now),
+		})
+	}
+	clear(c.st.out)
+	c.st.out = c.st.out[:0]
+	if c.queue.NumQueued() > maxBroadcastQueue {
+		c.queue.Prune(maxBroadcastQueue)
+	}
+}
+
+func (c *Cluster) wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop is the single goroutine that calls the Sink.
+func (c *Cluster) deliverLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.deliverCh:
+		}
+		for {
+			c.mu.Lock()
+			batch := c.st.takeDirty()
+			c.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			for _, d := range batch {
+				select {
+				case <-c.stop:
+					return
+				default:
+				}
+				c.deliver(d)
+			}
+		}
+	}
+}
+
+func (c *Cluster) deliver(d delivery) {
+	if c.sink == nil {
+		return
+	}
+	var err error
+	if d.add {
+		err = c.sink.AddPeer(d.nid, d.peer)
+	} else {
+		err = c.sink.DeletePeer(d.nid, d.eid)
+	}
+	c.deliveries.Add(1)
+	if err != nil {
+		c.sErr.Add(1)
+		c.log.Debug("sink did not apply a remote endpoint change", "network", d.nid, "endpoint", d.eid, "add", d.add, "err", err)
+	}
+}
+
+// sweepLoop does the time-driven table work on the injected clock.
+func (c *Cluster) sweepLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.sweepInt)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		c.st.sweep(c.clock())
+		dirty := len(c.st.dirty) > 0
+		c.pruneCandidatesLocked()
+		c.mu.Unlock()
+		if dirty {
+			c.wake(c.deliverCh)
+		}
+	}
+}
+
+// pruneCandidatesLocked forgets former members' addresses that have not
+// been alive for candidateTTL; seeds and hints stay. Caller holds c.mu.
+func (c *Cluster) pruneCandidatesLocked() {
+	now := c.clock()
+	for _, m := range c.st.members {
+		if m.alive && m.addr.IsValid() {
+			if cand := c.cands[m.addr.String()]; cand != nil {
+				cand.lastAlive = now
+			}
+		}
+	}
+	for a, cand := range c.cands {
+		if cand.kinds == candSeen && now.Sub(cand.lastAlive) > candidateTTL {
+			delete(c.cands, a)
+		}
+	}
+}
+
+// rejoinLoop joins the seeds at once, then every RejoinInterval (or on a
+// hint) re-joins every candidate address that is not an alive member.
+func (c *Cluster) rejoinLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.rejoin)
+	defer t.Stop()
+	for {
+		c.rejoinRound()
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		case <-c.joinCh:
+		}
+	}
+}
+
+// rejoinRound tries the candidates that are not alive members, in random
+// order and joinParallelism at a time, and stops after the first batch
+// with a success: one push/pull with a node of another partition merges
+// the memberships (the rest follows by gossip and refutation), and nodes
+// that stay unreachable are tried again next round. Each attempt is
+// bounded by memberlist's TCPTimeout, and so is a Close during a round.
+func (c *Cluster) rejoinRound() {
+	c.mu.Lock()
+	alive := map[string]bool{}
+	for _, m := range c.st.members {
+		if m.alive && m.addr.IsValid() {
+			alive[m.addr.String()] = true
+		}
+	}
+	var targets []string
+	for a := range c.cands {
+		if !alive[a] && a != c.selfAddr {
+			targets = append(targets, a)
+		}
+	}
+	c.mu.Unlock()
+	rand.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
+
+	for len(targets) > 0 {
+		var (
+			wg     sync.WaitGroup
+			joined atomic.Bool
+		)
+		for n := 0; n < joinParallelism && len(targets) > 0; {
+			a := targets[0]
+			targets = targets[1:]
+			if host, _, err := net.SplitHostPort(a); err == nil {
+				if _, err := netip.ParseAddr(host); err != nil && c.resolvesToAlive(a, alive) {
+					continue // a DNS seed whose addresses are members already
+				}
+			}
+			n++
+			wg.Go(func() {
+				if k, err := c.ml.Join([]string{a}); err != nil || k == 0 {
+					c.log.Debug("join attempt failed", "addr", a, "err", err)
+				} else {
+					joined.Store(true)
+					c.log.Info("joined", "addr", a)
+				}
+			})
+		}
+		wg.Wait()
+		if joined.Load() {
+			return
+		}
+		select {
+		case <-c.stop:
+			return
+		default:
+		}
+	}
+}
+
+func (c *Cluster) resolvesToAlive(hostport string, alive map[string]bool) bool {
+	host, port, _ := net.SplitHostPort(hostport)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if alive[net.JoinHostPort(ip.Unmap().String(), port)] {
+			return true
+		}
+	}
+	return false
+}
+
+// MemberState is a member's state as this node sees it.
+type MemberState string
+
+const (
+	MemberAlive MemberState = "alive"
+	// MemberGone: left or failed; its records are kept until DeadGrace.
+	MemberGone MemberState = "gone"
+	// MemberPurged: gone past DeadGrace; its records were removed.
+	MemberPurged MemberState = "purged"
+)
+
+// Member is a copy of this node's view of one member.
+type Member struct {
+	Name    string
+	Addr    netip.AddrPort // gossip address
+	VTEP    netip.Addr     // from its meta
+	Epoch   uint64         // its instance id (start time, ns) from its meta
+	State   MemberState
+	Since   time.Time // last change of State, on this node's clock
+	Self    bool
+	Records int // live records it owns in this node's table
+}
+
+// Members returns copies of every member this node knows, alive or not,
+// sorted by name.
+func (c *Cluster) Members() []Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Member, 0, len(c.st.members))
+	for _, m := range c.st.members {
+		mm := Member{Name: m.name, Addr: m.addr, VTEP: m.vtep, Epoch: m.epoch, Since: m.since, Self: m.name == c.name}
+		switch {
+		case m.alive:
+			mm.State = MemberAlive
+		case m.purged:
+			mm.State = MemberPurged
+		default:
+			mm.State = MemberGone
+		}
+		for k := range c.st.byOwner[m.name] {
+			if !c.st.get(k).Deleted {
+				mm.Records++
+			}
+		}
+		out = append(out, mm)
+	}
+	sortMembers(out)
+	return out
+}
+
+// Stats are counters and gauges for metrics. Counters are monotonic since
+// New; bytes count this package's payloads (gossip messages and push/pull
+// state), not memberlist's own protocol traffic.
+type Stats struct {
+	Records          int // live records, own and remote
+	OwnRecords       int // live records published by this node
+	Tombstones       int
+	Pending          int // records held until their owner joins
+	MembersAlive     int // including this node
+	MembersGone      int // gone, records still kept (within DeadGrace)
+	BroadcastsQueued int
+	Epoch            uint64
+
+	BytesSent, BytesReceived uint64
+	MessagesReceived         uint64 // gossip messages
+	StatesReceived           uint64 // push/pull merges
+	StatesSent               uint64
+	Accepted                 uint64 // remote updates applied from gossip
+	AcceptedFromState        uint64 // remote updates applied from push/pull
+	Stale                    uint64 // remote updates older than or equal to what we hold
+	Rejected                 uint64 // sum of the Rejected* counters
+	RejectedForeignOwner     uint64
+	RejectedVTEP             uint64
+	RejectedNotMember        uint64 // owner gone past DeadGrace
+	DecodeErrors             uint64
+	Retracted                uint64 // own records of an earlier incarnation tombstoned
+	Purged                   uint64 // records of nodes gone past DeadGrace removed
+	ExpiredTombstones        uint64
+	PendingDropped           uint64
+	EpochBumps               uint64
+	Deliveries               uint64 // Sink calls
+	SinkErrors               uint64
+}
+
+// Stats returns the current counters.
+func (c *Cluster) Stats() Stats {
+	c.mu.Lock()
+	st := c.st
+	s := Stats{
+		Pending:              st.npend,
+		Epoch:                st.epoch,
+		Accepted:             st.accepted,
+		AcceptedFromState:    st.acceptedFromState,
+		Stale:                st.stale,
+		RejectedForeignOwner: st.rejectedOwner,
+		RejectedVTEP:         st.rejectedVTEP,
+		RejectedNotMember:    st.rejectedNotMember,
+		Retracted:            st.retracted,
+		Purged:               st.purged,
+		ExpiredTombstones:    st.expired,
+		PendingDropped:       st.pendingDropped,
+		EpochBumps:           st.epochBumps,
+	}
+	for _, recs := range st.nets {
+		for _, r := range recs {
+			switch {
+			case r.Deleted:
+				s.Tombstones++
+			case r.Owner == c.name:
+				s.OwnRecords++
+				s.Records++
+			default:
+				s.Records++
+			}
+		}
+	}
+	for _, m := range st.members {
+		switch {
+		case m.alive:
+			s.MembersAlive++
+		case !m.purged:
+			s.MembersGone++
+		}
+	}
+	c.mu.Unlock()
+	s.BroadcastsQueued = c.queue.NumQueued()
+	s.BytesSent, s.BytesReceived = c.bytesOut.Load(), c.bytesIn.Load()
+	s.MessagesReceived, s.StatesReceived, s.StatesSent = c.msgsIn.Load(), c.statesIn.Load(), c.statesOut.Load()
+	s.DecodeErrors = c.decodeErrs.Load()
+	s.Rejected = s.RejectedForeignOwner + s.RejectedVTEP + s.RejectedNotMember + s.DecodeErrors
+	s.Deliveries, s.SinkErrors = c.deliveries.Load(), c.sErr.Load()
+	return s
+}

@@ -1,0 +1,514 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+func testPeer(eid string, i int) peerdb.Peer {
+	return peerdb.Peer{
+		EndpointID: eid,
+		IPs:        []netip.Addr{netip.AddrFrom4([4]byte{192, 168, byte(i >> 8), byte(i)})},
+		MAC:        mac(byte(i)),
+		Local:      true,
+	}
+}
+
+// TestPublishRetractConverge: five nodes; endpoints published on several
+// nodes reach every other node's Sink and Snapshot, with the owner's VTEP;
+// retractions converge too.
+func TestPublishRetractConverge(t *testing.T) {
+	h := newHarness(t)
+	nodes := []*tnode{h.start(1)}
+	for i := 2; i <= 5; i++ {
+		nodes = append(nodes, h.start(i, 1))
+	}
+	waitMembers(t, nodes, 5)
+
+	want := map[string]ep{}
+	for i, n := range nodes {
+		for j := range 3 {
+			eid := fmt.Sprintf("%064x", i*10+j)
+			p := testPeer(eid, i*10+j)
+			n.c.Publish(netA, p)
+			want[eid] = ep{n, p}
+		}
+	}
+	waitConverged(t, nodes, netA, want, 10*time.Second)
+
+	// Retract some, move one endpoint's address (delete + re-create).
+	for i, n := range nodes {
+		eid := fmt.Sprintf("%064x", i*10)
+		n.c.Retract(netA, eid)
+		delete(want, eid)
+	}
+	eid := fmt.Sprintf("%064x", 11)
+	nodes[1].c.Retract(netA, eid)
+	p := testPeer(eid, 99)
+	nodes[1].c.Publish(netA, p)
+	want[eid] = ep{nodes[1], p}
+	waitConverged(t, nodes, netA, want, 10*time.Second)
+
+	for _, n := range nodes {
+		s := n.c.Stats()
+		if s.Records != len(want) || s.OwnRecords != 2 || s.MembersAlive != 5 ||
+			s.RejectedForeignOwner+s.RejectedVTEP+s.DecodeErrors != 0 {
+			t.Errorf("%s stats: %+v", n.name, s)
+		}
+	}
+}
+
+// TestMockNetworkConverge runs on memberlist's own MockNetwork transport
+// (decoupled: raw MockTransports deadlock, see memnet.Decoupled).
+func TestMockNetworkConverge(t *testing.T) {
+	var mn memberlist.MockNetwork
+	trs := make([]*memnet.Decoupled, 3)
+	for i := range trs { // MockNetwork is not safe for adding transports while nodes run
+		trs[i] = memnet.Decouple(mn.NewTransport(fmt.Sprintf("m%d", i)))
+		t.Cleanup(trs[i].Stop) // after the nodes' Close (cleanups run last-in first-out)
+	}
+	key := bytes.Repeat([]byte{7}, 32)
+	var nodes []*tnode
+	for i, tr := range trs {
+		sink := newRecSink()
+		var join []string
+		if i > 0 {
+			ip, port, _ := trs[0].FinalAdvertiseAddr("", 0)
+			join = []string{fmt.Sprintf("%s:%d", ip, port)}
+		}
+		c, err := New(Config{
+			NodeName: fmt.Sprintf("m%d", i), AdvertiseAddr: nodeIP(i + 1), Join: join, SecretKey: key,
+			Transport: tr, MemberlistConfig: fastTimers, RejoinInterval: 200 * time.Millisecond,
+			Sink: sink, Logger: testLogger(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &tnode{name: fmt.Sprintf("m%d", i), ip: nodeIP(i + 1), c: c, sink: sink}
+		nodes = append(nodes, n)
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() { n.c.Close() })
+		}
+		wg.Wait()
+	})
+	waitMembers(t, nodes, 3)
+	p := testPeer("e1", 1)
+	nodes[0].c.Publish(netA, p)
+	want := map[string]ep{"e1": {nodes[0], p}}
+	waitConverged(t, nodes, netA, want, 5*time.Second)
+	nodes[0].c.Retract(netA, "e1")
+	waitConverged(t, nodes, netA, map[string]ep{}, 5*time.Second)
+}
+
+// TestCrashRemovedAfterGrace: a node that fails (no leave) keeps its
+// records on the others for DeadGrace, not less, and loses them after.
+func TestCrashRemovedAfterGrace(t *testing.T) {
+	h := newHarness(t)
+	h.grace = 1500 * time.Millisecond
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	waitMembers(t, nodes, 3)
+	p := testPeer("e3", 3)
+	nodes[2].c.Publish(netA, p)
+	waitConverged(t, nodes, netA, map[string]ep{"e3": {nodes[2], p}}, 5*time.Second)
+
+	nodes[2].crash()
+	survivors := nodes[:2]
+	var goneSince time.Time
+	eventually(t, 5*time.Second, "failure detection", func() error {
+		for _, m := range survivors[0].c.Members() {
+			if m.Name == "n3" && m.State == MemberGone {
+				goneSince = m.Since
+				return nil
+			}
+		}
+		return fmt.Errorf("n3 not gone yet")
+	})
+	// Half the grace later the record is still everywhere.
+	time.Sleep(time.Until(goneSince.Add(h.grace / 2)))
+	for _, n := range survivors {
+		if _, ok := n.sink.get(netA)["e3"]; !ok {
+			t.Fatalf("%s dropped the record of a failed node within the grace", n.name)
+		}
+		if len(n.c.Snapshot(netA)) != 1 {
+			t.Fatalf("%s snapshot lost the record within the grace", n.name)
+		}
+	}
+	waitConverged(t, survivors, netA, map[string]ep{}, 5*time.Second)
+	_, dels, at := survivors[0].sink.counts("e3")
+	if dels != 1 || at.Sub(goneSince) < h.grace {
+		t.Errorf("deleted %d times, %v after the failure was detected; grace %v", dels, at.Sub(goneSince), h.grace)
+	}
+	if s := survivors[0].c.Stats(); s.Purged != 1 || s.MembersAlive != 2 {
+		t.Errorf("stats after purge: %+v", s)
+	}
+}
+
+// TestComebackWithinGrace: a node cut off long enough to be declared dead
+// that comes back within the grace loses nothing: its endpoints are never
+// deleted on the others. The rejoin loop heals the partition.
+func TestComebackWithinGrace(t *testing.T) {
+	h := newHarness(t)
+	h.grace = 5 * time.Second
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	waitMembers(t, nodes, 3)
+	p := testPeer("e3", 3)
+	nodes[2].c.Publish(netA, p)
+	want := map[string]ep{"e3": {nodes[2], p}}
+	waitConverged(t, nodes, netA, want, 5*time.Second)
+
+	isolated := nodes[2].tr.Addr()
+	h.net.SetFilter(func(from, to netip.AddrPort, _ bool) bool { return from != isolated && to != isolated })
+	eventually(t, 5*time.Second, "partition detected", func() error {
+		if aliveMembers(nodes[0].c) != 2 || aliveMembers(nodes[2].c) != 1 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	h.net.SetFilter(nil)
+	waitMembers(t, nodes, 3)
+	// Wait past the grace measured from the partition: nothing may go.
+	time.Sleep(h.grace)
+	waitConverged(t, nodes, netA, want, time.Second)
+	for _, n := range nodes[:2] {
+		if _, dels, _ := n.sink.counts("e3"); dels != 0 {
+			t.Errorf("%s deleted the endpoint of a node that came back within grace", n.name)
+		}
+	}
+}
+
+// TestRestartRetractsLostEndpoints: a node restarts (new process, new
+// epoch, same name and address) within the grace. It re-announces the
+// endpoint it still has; the one it lost is retracted by the restarted
+// node itself when the old record reaches it.
+func TestRestartRetractsLostEndpoints(t *testing.T) {
+	h := newHarness(t)
+	h.grace = 20 * time.Second
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	waitMembers(t, nodes, 3)
+	kept, lost := testPeer("kept", 31), testPeer("lost", 32)
+	nodes[2].c.Publish(netA, kept)
+	nodes[2].c.Publish(netA, lost)
+	waitConverged(t, nodes, netA, map[string]ep{"kept": {nodes[2], kept}, "lost": {nodes[2], lost}}, 5*time.Second)
+	oldEpoch := nodes[2].c.Stats().Epoch
+
+	nodes[2].crash()
+	time.Sleep(5 * time.Millisecond) // a later start time, hence a newer epoch
+	var restarted *tnode
+	eventually(t, 5*time.Second, "restart", func() error { // the address frees when the transport shuts down
+		n, err := h.tryStart(3, newRecSink(), 1, 2)
+		restarted = n
+		return err
+	})
+	restarted.c.Publish(netA, kept)
+	nodes[2] = restarted
+	waitMembers(t, nodes, 3)
+	waitConverged(t, nodes, netA, map[string]ep{"kept": {restarted, kept}}, 10*time.Second)
+	s := restarted.c.Stats()
+	if s.Epoch <= oldEpoch || s.Retracted < 1 {
+		t.Errorf("restarted node: epoch %d (old %d), retracted %d", s.Epoch, oldEpoch, s.Retracted)
+	}
+	for _, n := range nodes[:2] {
+		if _, dels, _ := n.sink.counts("kept"); dels != 0 {
+			t.Logf("%s saw %d transient deletes of the re-announced endpoint", n.name, dels)
+		}
+	}
+}
+
+// TestAntiEntropyRepairsMissedBroadcast: a node misses every broadcast of
+// a change; push/pull repairs it once it is reachable again.
+func TestAntiEntropyRepairsMissedBroadcast(t *testing.T) {
+	h := newHarness(t)
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	waitMembers(t, nodes, 3)
+	// Drop everything to and from n3 (packets and streams).
+	deaf := nodes[2].tr.Addr()
+	h.net.SetFilter(func(from, to netip.AddrPort, _ bool) bool { return from != deaf && to != deaf })
+	p := testPeer("e1", 1)
+	nodes[0].c.Publish(netA, p)
+	eventually(t, 5*time.Second, "broadcasts exhausted", func() error {
+		if _, ok := nodes[1].sink.get(netA)["e1"]; !ok {
+			return fmt.Errorf("n2 lacks e1")
+		}
+		for _, n := range nodes[:2] {
+			if q := n.c.Stats().BroadcastsQueued; q != 0 {
+				return fmt.Errorf("%s still has %d broadcasts queued", n.name, q)
+			}
+		}
+		return nil
+	})
+	if len(nodes[2].sink.get(netA)) != 0 {
+		t.Fatal("the deaf node got the record")
+	}
+	h.net.SetFilter(nil)
+	waitConverged(t, nodes, netA, map[string]ep{"e1": {nodes[0], p}}, 10*time.Second)
+	if s := nodes[2].c.Stats(); s.Accepted != 0 || s.AcceptedFromState < 1 {
+		t.Errorf("n3 got the record by gossip %d times, by push/pull %d times", s.Accepted, s.AcceptedFromState)
+	}
+}
+
+// TestSecretKey: with memberlist.MockNetwork (memberlist encrypts above the
+// transport, so encryption applies): a node with another key or without a
+// key cannot join, and records it sends directly are dropped even when
+// they name a real member as owner; the same message from a key holder is
+// accepted.
+func TestSecretKey(t *testing.T) {
+	var mn memberlist.MockNetwork
+	names := []string{"a", "b", "wrong", "plain"}
+	trs := map[string]*memnet.Decoupled{}
+	for _, n := range names {
+		trs[n] = memnet.Decouple(mn.NewTransport(n))
+		t.Cleanup(trs[n].Stop)
+	}
+	addr := func(n string) string {
+		ip, port, _ := trs[n].FinalAdvertiseAddr("", 0)
+		return fmt.Sprintf("%s:%d", ip, port)
+	}
+	good, bad := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	keys := map[string][]byte{"a": good, "b": good, "wrong": bad, "plain": nil}
+	nodes := map[string]*tnode{}
+	for i, n := range names {
+		var join []string
+		if n != "a" {
+			join = []string{addr("a")}
+		}
+		sink := newRecSink()
+		c, err := New(Config{
+			NodeName: n, AdvertiseAddr: nodeIP(i + 1), Join: join, SecretKey: keys[n],
+			Transport: trs[n], MemberlistConfig: fastTimers, RejoinInterval: 100 * time.Millisecond,
+			Sink: sink, Logger: testLogger(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n] = &tnode{name: n, ip: nodeIP(i + 1), c: c, sink: sink}
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Go(func() { n.c.Close() })
+		}
+		wg.Wait()
+	})
+	waitMembers(t, []*tnode{nodes["a"], nodes["b"]}, 2)
+
+	// A record claiming to be b's endpoint, with b's VTEP.
+	forged := &record{NetworkID: netA, EndpointID: "forged", Owner: "b", Version: Version{maxSaneEpoch - 1, 1},
+		IPs: []netip.Addr{netip.MustParseAddr("192.168.66.6")}, MAC: mac(66), VTEP: nodes["b"].ip}
+	msg := encodeRecords(kindRecords, []*record{forged}, time.Now())
+	for _, attacker := range []string{"wrong", "plain"} {
+		if err := nodes[attacker].c.ml.SendToAddress(memberlist.Address{Addr: addr("a"), Name: "a"}, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second) // several rejoin rounds and push/pull intervals
+	for _, n := range []string{"a", "b"} {
+		for _, m := range nodes[n].c.Members() {
+			if m.Name == "wrong" || m.Name == "plain" {
+				t.Errorf("%s lists %s (%s) as a member", n, m.Name, m.State)
+			}
+		}
+	}
+	for _, n := range []string{"wrong", "plain"} {
+		if got := aliveMembers(nodes[n].c); got != 1 {
+			t.Errorf("%s joined %d members", n, got-1)
+		}
+	}
+	if len(nodes["a"].sink.get(netA)) != 0 || len(nodes["a"].c.Snapshot(netA)) != 0 {
+		t.Fatal("a record sent with the wrong key or none was accepted")
+	}
+	if s := nodes["a"].c.Stats(); s.MessagesReceived != 0 {
+		t.Errorf("a's delegate saw %d messages from outside the key", s.MessagesReceived)
+	}
+	// Control: the same bytes from a key holder get through.
+	if err := nodes["b"].c.ml.SendToAddress(memberlist.Address{Addr: addr("a"), Name: "a"}, msg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "control message", func() error {
+		if adds, _, _ := nodes["a"].sink.counts("forged"); adds == 0 {
+			return fmt.Errorf("a did not accept the message from a key holder: %+v", nodes["a"].c.Stats())
+		}
+		return nil
+	})
+	// b, named as owner, does not hold that endpoint: it retracts it.
+	eventually(t, 2*time.Second, "retraction by the named owner", func() error {
+		if len(nodes["a"].sink.get(netA)) != 0 {
+			return fmt.Errorf("forged record still on a")
+		}
+		return nil
+	})
+	if s := nodes["b"].c.Stats(); s.Retracted != 1 || s.EpochBumps != 1 || s.Epoch != maxSaneEpoch {
+		t.Errorf("b: %+v", s)
+	}
+}
+
+// TestNetworkAddedRedelivers: records of a network that does not exist
+// locally are refused by the Sink (not fatal); NetworkAdded delivers them.
+func TestNetworkAddedRedelivers(t *testing.T) {
+	h := newHarness(t)
+	n1 := h.start(1)
+	sink := newRecSink()
+	sink.networks = map[string]bool{}
+	n2, err := h.tryStart(2, sink, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, []*tnode{n1, n2}, 2)
+	p := testPeer("e1", 1)
+	n1.c.Publish(netA, p)
+	eventually(t, 5*time.Second, "record arrives", func() error {
+		if len(n2.c.Snapshot(netA)) != 1 || n2.c.Stats().SinkErrors == 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	if len(sink.get(netA)) != 0 {
+		t.Fatal("sink accepted a peer for a missing network")
+	}
+	sink.addNetwork(netA)
+	n2.c.NetworkAdded(netA)
+	waitConverged(t, []*tnode{n2}, netA, map[string]ep{"e1": {n1, p}}, 2*time.Second)
+}
+
+// TestNodeHint: a node started without seeds joins through Docker's hint.
+func TestNodeHint(t *testing.T) {
+	h := newHarness(t)
+	h.rejoin = time.Hour // only the hint can make it join
+	n1, n2 := h.start(1), h.start(2)
+	p := testPeer("e1", 1)
+	n1.c.Publish(netA, p)
+	time.Sleep(100 * time.Millisecond)
+	if aliveMembers(n2.c) != 1 {
+		t.Fatal("joined without seeds")
+	}
+	n2.c.NodeHint(n1.ip)
+	waitMembers(t, []*tnode{n1, n2}, 2)
+	waitConverged(t, []*tnode{n1, n2}, netA, map[string]ep{"e1": {n1, p}}, 5*time.Second)
+}
+
+// TestChurn: concurrent Publish/Retract on several nodes, each caller
+// holding a "network lock" that the node's Sink also takes (as the driver
+// does); every node converges to the final set.
+func TestChurn(t *testing.T) {
+	h := newHarness(t)
+	const nNodes, workers, ops = 4, 2, 60
+	var nodes []*tnode
+	locks := make([]*sync.Mutex, nNodes)
+	for i := range nNodes {
+		locks[i] = &sync.Mutex{}
+		sink := newRecSink()
+		sink.lock = locks[i]
+		var seeds []int
+		if i > 0 {
+			seeds = []int{1}
+		}
+		n, err := h.tryStart(i+1, sink, seeds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	waitMembers(t, nodes, nNodes)
+
+	var mu sync.Mutex
+	want := map[string]ep{}
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		for w := range workers {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(w)))
+				final := map[string]*peerdb.Peer{}
+				for op := range ops {
+					eid := fmt.Sprintf("%02x%02x%02x", i, w, rng.IntN(8))
+					locks[i].Lock()
+					if rng.IntN(3) == 0 {
+						n.c.Retract(netA, eid)
+						final[eid] = nil
+					} else {
+						p := testPeer(eid, i*1000+w*100+op)
+						n.c.Publish(netA, p)
+						final[eid] = &p
+					}
+					_ = n.c.Snapshot(netA)
+					locks[i].Unlock()
+					if op%10 == 0 {
+						time.Sleep(time.Millisecond)
+					}
+				}
+				mu.Lock()
+				for eid, p := range final {
+					if p != nil {
+						want[eid] = ep{n, *p}
+					}
+				}
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	waitConverged(t, nodes, netA, want, 15*time.Second)
+	for _, n := range nodes {
+		if s := n.c.Stats(); s.RejectedForeignOwner+s.RejectedVTEP+s.DecodeErrors != 0 {
+			t.Errorf("%s rejected records: %+v", n.name, s)
+		}
+	}
+}
+
+// TestCloseIdempotentAndQuiet: Close twice is fine; after Close the API is
+// inert and the Sink is not called.
+func TestCloseIdempotentAndQuiet(t *testing.T) {
+	h := newHarness(t)
+	n1, n2 := h.start(1), h.start(2, 1)
+	waitMembers(t, []*tnode{n1, n2}, 2)
+	if err := n2.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := n2.c.Stats().Deliveries
+	n2.c.Publish(netA, testPeer("e2", 2))
+	n2.c.Retract(netA, "e2")
+	n2.c.NetworkAdded(netA)
+	n2.c.NodeHint(n1.ip)
+	n1.c.Publish(netA, testPeer("e1", 1))
+	time.Sleep(100 * time.Millisecond)
+	if got := n2.c.Stats().Deliveries; got != before {
+		t.Errorf("sink called %d times after Close", got-before)
+	}
+	// A graceful leave is seen as gone by the others.
+	eventually(t, 5*time.Second, "leave seen", func() error {
+		if aliveMembers(n1.c) != 1 {
+			return fmt.Errorf("n1 still sees n2")
+		}
+		return nil
+	})
+}
+
+func TestNewValidates(t *testing.T) {
+	tr, _ := memnet.New().NewTransport(netip.MustParseAddrPort("10.9.9.9:1"))
+	defer tr.Shutdown()
+	for name, cfg := range map[string]Config{
+		"no name":     {AdvertiseAddr: nodeIP(1), Transport: tr},
+		"no addr":     {NodeName: "x", Transport: tr},
+		"short key":   {NodeName: "x", AdvertiseAddr: nodeIP(1), SecretKey: []byte("short"), Transport: tr},
+		"unspecified": {NodeName: "x", AdvertiseAddr: netip.IPv4Unspecified(), Transport: tr},
+	} {
+		if c, err := New(cfg); err == nil {
+			c.Close()
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package cluster
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate implements memberlist.Delegate. memberlist calls it from several
+// goroutines at once (packet handler, stream handlers, gossip timers).
+type delegate struct{ c *Cluster }
+
+var _ memberlist.Delegate = (*delegate)(nil)
+
+// mergeChunk bounds how many records of a push/pull state are applied per
+// hold of Cluster.mu, so a large state does not stall Publish.
+const mergeChunk = 512
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	// Immutable after New: the VTEP and the start epoch (instance id).
+	if len(d.c.meta) > limit {
+		return nil
+	}
+	return d.c.meta
+}
+
+func (d *delegate) NotifyMsg(buf []byte) {
+	c := d.c
+	c.bytesIn.Add(uint64(len(buf)))
+	c.msgsIn.Add(1)
+	now := c.clock()
+	_, recs, err := decodeMessage(buf, now) // copies out of buf
+	if err != nil {
+		c.decodeError("gossip message", err)
+		return
+	}
+	c.mu.Lock()
+	for _, r := range recs {
+		c.st.apply(r, srcGossip, now)
+	}
+	c.flushLocked()
+	dirty := len(c.st.dirty) > 0
+	c.mu.Unlock()
+	if dirty {
+		c.wake(c.deliverCh)
+	}
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	msgs := d.c.queue.GetBroadcasts(overhead, limit)
+	n := 0
+	for _, m := range msgs {
+		n += len(m)
+	}
+	d.c.bytesOut.Add(uint64(n))
+	return msgs
+}
+
+func (d *delegate) LocalState(join bool) []byte {
+	c := d.c
+	c.mu.Lock()
+	recs := c.st.allRecords() // records are immutable: encode outside the lock
+	c.mu.Unlock()
+	b := encodeRecords(kindState, recs, c.clock())
+	c.bytesOut.Add(uint64(len(b)))
+	c.statesOut.Add(1)
+	return b
+}
+
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	c := d.c
+	c.bytesIn.Add(uint64(len(buf)))
+	c.statesIn.Add(1)
+	now := c.clock()
+	_, recs, err := decodeMessage(buf, now)
+	if err != nil {
+		c.decodeError("push/pull state", err)
+		return
+	}
+	for len(recs) > 0 {
+		n := min(len(recs), mergeChunk)
+		c.mu.Lock()
+		for _, r := range recs[:n] {
+			c.st.apply(r, srcState, now)
+		}
+		c.flushLocked() // own retractions
+		c.mu.Unlock()
+		recs = recs[n:]
+	}
+	c.wake(c.deliverCh)
+}
+
+// events implements memberlist.EventDelegate. memberlist calls it with its
+// node lock held, one call at a time: it only updates the state under
+// Cluster.mu (which sits below that lock) and never calls memberlist.
+type events struct{ c *Cluster }
+
+var _ memberlist.EventDelegate = (*events)(nil)
+
+func nodeAddr(n *memberlist.Node) netip.AddrPort {
+	a, ok := netip.AddrFromSlice(n.Addr)
+	if !ok {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(a.Unmap(), n.Port)
+}
+
+func (e *events) NotifyJoin(n *memberlist.Node) { e.up(n, "member joined") }
+
+func (e *events) NotifyUpdate(n *memberlist.Node) { e.up(n, "member updated") }
+
+func (e *events) up(n *memberlist.Node, msg string) {
+	c := e.c
+	addr := nodeAddr(n)
+	meta := bytes.Clone(n.Meta)
+	now := c.clock()
+	c.mu.Lock()
+	c.st.memberUp(n.Name, addr, meta, now)
+	c.flushLocked()
+	if n.Name != c.name && addr.IsValid() {
+		a := addr.String()
+		cand := c.cands[a]
+		if cand == nil {
+			cand = &candidate{}
+			c.cands[a] = cand
+		}
+		cand.kinds |= candSeen
+		cand.lastAlive = now
+	}
+	c.numAlive.Store(int64(c.st.aliveCount()))
+	dirty := len(c.st.dirty) > 0
+	c.mu.Unlock()
+	if dirty {
+		c.wake(c.deliverCh)
+	}
+	if n.Name != c.name {
+		c.log.Info(msg, "member", n.Name, "addr", addr)
+	}
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	c := e.c
+	now := c.clock()
+	c.mu.Lock()
+	c.st.memberDown(n.Name, now)
+	if cand := c.cands[nodeAddr(n).String()]; cand != nil {
+		cand.lastAlive = now
+	}
+	c.numAlive.Store(int64(c.st.aliveCount()))
+	c.mu.Unlock()
+	if n.Name != c.name {
+		c.log.Info("member gone; its records are kept for the grace period", "member", n.Name, "addr", nodeAddr(n))
+	}
+}
+
+func (s *state) aliveCount() int {
+	n := 0
+	for _, m := range s.members {
+		if m.alive {
+			n++
+		}
+	}
+	return n
+}
+
+// decodeError counts a malformed message; it is logged at warn at most
+// once a second per node (the rest at debug), since a peer with the wrong
+// software version could otherwise flood the log.
+func (c *Cluster) decodeError(what string, err error) {
+	c.decodeErrs.Add(1)
+	level := slog.LevelDebug
+	now := time.Now().UnixNano()
+	if last := c.lastDecodeWarn.Load(); now-last > int64(time.Second) && c.lastDecodeWarn.CompareAndSwap(last, now) {
+		level = slog.LevelWarn
+	}
+	c.log.Log(context.Background(), level, "malformed "+what+" ignored", "err", err)
+}
+
+// broadcast is one queued gossip message: one record. Named by its key, so
+// queueing a newer version of a record drops the queued older one (queueing
+// happens under Cluster.mu in version order).
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+var _ memberlist.NamedBroadcast = (*broadcast)(nil)
+
+func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
+	nb, ok := o.(memberlist.NamedBroadcast)
+	return ok && nb.Name() == b.name
+}
+func (b *broadcast) Name() string    { return b.name }
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+
+// mlLogWriter turns memberlist's "[LEVEL] memberlist: ..." lines into slog
+// records.
+type mlLogWriter struct{ log *slog.Logger }
+
+func (w *mlLogWriter) Write(p []byte) (int, error) {
+	s := string(bytes.TrimSpace(p))
+	level := slog.LevelInfo
+	for _, l := range [...]struct {
+		prefix string
+		level  slog.Level
+	}{{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn}, {"[ERR]", slog.LevelError}} {
+		if rest, ok := cutPrefix(s, l.prefix); ok {
+			s, level = rest, l.level
+			break
+		}
+	}
+	if rest, ok := cutPrefix(s, "memberlist:"); ok {
+		s = rest
+	}
+	w.log.Log(context.Background(), level, s)
+	return len(p), nil
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(s, prefix)
+	return strings.TrimSpace(rest), ok
+}
+
+func sortMembers(ms []Member) {
+	slices.SortFunc(ms, func(a, b Member) int { return cmp.Compare(a.Name, b.Name) })
+}

@@ -1,0 +1,114 @@
+package cluster
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// Version orders the states of one record. Only the record's owner stamps
+// versions. Epoch identifies the owner's incarnation (its start time in ns,
+// raised past any higher epoch it finds under its own name), Seq counts the
+// owner's changes within the incarnation. Versions compare
+// lexicographically, so every record a restarted node writes beats every
+// record its previous incarnation wrote.
+type Version struct {
+	Epoch uint64
+	Seq   uint64
+}
+
+// Compare returns -1, 0 or +1 as v is older than, equal to or newer than o.
+func (v Version) Compare(o Version) int {
+	if c := cmp.Compare(v.Epoch, o.Epoch); c != 0 {
+		return c
+	}
+	return cmp.Compare(v.Seq, o.Seq)
+}
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Epoch, v.Seq) }
+
+// key identifies a record: one endpoint of one network.
+type key struct {
+	nid, eid string
+}
+
+// record is one row of the replicated table. Records in the table are never
+// mutated in place once other goroutines could see copies of their slices:
+// a change replaces the record (IPs is shared only between records that are
+// themselves immutable).
+type record struct {
+	NetworkID  string
+	EndpointID string
+	Owner      string // node name of the host holding the endpoint
+	Version    Version
+	Deleted    bool
+	// DeletedAt is when the endpoint was deleted, on THIS node's clock: the
+	// wire carries the tombstone's age, not a timestamp, so clock skew
+	// between nodes does not stretch or shorten tombstone lifetimes.
+	DeletedAt time.Time
+
+	// Live records only.
+	IPs  []netip.Addr
+	MAC  hwaddr.MAC
+	VTEP netip.Addr
+}
+
+func (r *record) key() key { return key{r.NetworkID, r.EndpointID} }
+
+func (r *record) clone() *record {
+	c := *r
+	c.IPs = slices.Clone(r.IPs)
+	return &c
+}
+
+// peer converts a live record into the driver's form.
+func (r *record) peer() peerdb.Peer {
+	return peerdb.Peer{EndpointID: r.EndpointID, IPs: slices.Clone(r.IPs), MAC: r.MAC, VTEP: r.VTEP}
+}
+
+// Epoch bounds. Epochs are start times in ns: 2^62 ns is in the year 2116.
+// A node adopts an epoch seen under its own name only below maxSaneEpoch,
+// so a corrupt or forged record cannot push it towards overflow; anything
+// at or above is superseded by finalVersion, which beats every version the
+// wire accepts (epochs below maxWireEpoch).
+const (
+	maxSaneEpoch = 1 << 62
+	maxWireEpoch = 1 << 63
+)
+
+var finalVersion = Version{maxWireEpoch - 1, math.MaxUint64}
+
+// Limits on what a record may hold; they keep every single-record message
+// far below memberlist's UDP packet budget (1400 bytes by default).
+const (
+	maxIDLen = 128 // network id, endpoint id, owner name
+	maxIPs   = 16
+)
+
+// validate checks a record from the network (or from Publish) before it may
+// enter the table.
+func (r *record) validate() error {
+	for _, s := range [...]struct{ what, v string }{{"network id", r.NetworkID}, {"endpoint id", r.EndpointID}, {"owner", r.Owner}} {
+		if s.v == "" || len(s.v) > maxIDLen {
+			return fmt.Errorf("record: %s length %d out of range [1,%d]", s.what, len(s.v), maxIDLen)
+		}
+	}
+	if r.Deleted {
+		return nil
+	}
+	if len(r.IPs) > maxIPs {
+		return fmt.Errorf("record %s: %d IPs, at most %d", r.EndpointID, len(r.IPs), maxIPs)
+	}
+	return r.peer().Validate()
+}
+
+// sameContent reports whether two live records carry the same endpoint data.
+func sameContent(a, b *record) bool {
+	return !a.Deleted && !b.Deleted && a.MAC == b.MAC && a.VTEP == b.VTEP && slices.Equal(a.IPs, b.IPs)
+}

@@ -1,0 +1,587 @@
+package cluster
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+// source says how a remote record reached this node.
+type source int
+
+const (
+	srcGossip  source = iota // a broadcast (NotifyMsg): relayed when it changes the table
+	srcState                 // push/pull anti-entropy: applied, not relayed
+	srcPending               // held back until its owner joined; came by gossip
+)
+
+// maxPending bounds the records held for owners that are not members yet.
+const maxPending = 1 << 16
+
+// member is this node's view of one memberlist node.
+type member struct {
+	name  string
+	addr  netip.AddrPort // gossip address
+	vtep  netip.Addr     // from the node's meta; invalid while unknown
+	epoch uint64         // instance id from the node's meta
+	alive bool
+	// gen counts this member's alive/gone transitions; since is the local
+	// time of the latest one. The purge decision is made at sweep time from
+	// the CURRENT alive flag and since, so a node that came back within its
+	// grace (and maybe went away again) is judged by its latest departure.
+	gen    uint64
+	since  time.Time
+	purged bool // gone past grace: its records were removed
+}
+
+type pendingRec struct {
+	r  *record
+	at time.Time
+}
+
+// counters are monotonic event counts, guarded with the state.
+type counters struct {
+	accepted, acceptedFromState  uint64
+	stale                        uint64
+	rejectedOwner, rejectedVTEP  uint64
+	rejectedNotMember            uint64
+	retracted                    uint64 // own records of an earlier incarnation tombstoned
+	purged, expired              uint64
+	pendingDropped, pendingTotal uint64
+	epochBumps                   uint64
+}
+
+// state is the replicated table and everything its merge rules consult:
+// this node's view of membership, its own version clock, the dirty set for
+// delivery and the records held until their owner joins.
+//
+// Not safe for concurrent use: Cluster.mu guards it. Every method is pure
+// bookkeeping (no I/O, no callbacks) and takes the time as an argument, so
+// the merge rules are unit-tested without memberlist or real clocks.
+type state struct {
+	self  string
+	vtep  netip.Addr
+	epoch uint64
+	seq   uint64
+
+	deadGrace, tombTTL, pendingTTL, forgetAfter time.Duration
+	log                                         *slog.Logger
+
+	nets    map[string]map[string]*record // network id → endpoint id → record
+	byOwner map[string]map[key]struct{}   // owner → its keys (live and tombstones)
+	members map[string]*member
+	pending map[string]map[key]pendingRec // owner → newest record per key
+	npend   int
+	dirty   map[key]struct{}
+	// out collects records to broadcast, in the order their versions were
+	// stamped or accepted. The caller drains it into the broadcast queue
+	// under the same lock, so the queue's replace-by-name never lets an
+	// older version displace a newer one.
+	out []*record
+
+	counters
+}
+
+func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL time.Duration, log *slog.Logger) *state {
+	return &state{
+		self: self, vtep: vtep, epoch: epoch,
+		deadGrace: deadGrace, tombTTL: tombTTL,
+		pendingTTL:  max(30*time.Second, deadGrace),
+		forgetAfter: deadGrace + tombTTL,
+		log:         log,
+		nets:        map[string]map[string]*record{},
+		byOwner:     map[string]map[key]struct{}{},
+		members:     map[string]*member{},
+		pending:     map[string]map[key]pendingRec{},
+		dirty:       map[key]struct{}{},
+	}
+}
+
+func (s *state) get(k key) *record { return s.nets[k.nid][k.eid] }
+
+func (s *state) put(r *record) {
+	k := r.key()
+	if old := s.get(k); old != nil && old.Owner != r.Owner {
+		s.unindex(old.Owner, k)
+	}
+	recs := s.nets[k.nid]
+	if recs == nil {
+		recs = map[string]*record{}
+		s.nets[k.nid] = recs
+	}
+	recs[k.eid] = r
+	idx := s.byOwner[r.Owner]
+	if idx == nil {
+		idx = map[key]struct{}{}
+		s.byOwner[r.Owner] = idx
+	}
+	idx[k] = struct{}{}
+}
+
+func (s *state) del(k key) {
+	old := s.get(k)
+	if old == nil {
+		return
+	}
+	s.unindex(old.Owner, k)
+	recs := s.nets[k.nid]
+	delete(recs, k.eid)
+	if len(recs) == 0 {
+		delete(s.nets, k.nid)
+	}
+}
+
+func (s *state) unindex(owner string, k key) {
+	if idx := s.byOwner[owner]; idx != nil {
+		delete(idx, k)
+		if len(idx) == 0 {
+			delete(s.byOwner, owner)
+		}
+	}
+}
+
+// visible: a live record of another node, which the Sink should have.
+func (s *state) visible(r *record) bool { return r != nil && !r.Deleted && r.Owner != s.self }
+
+func (s *state) markDirty(k key) { s.dirty[k] = struct{}{} }
+
+func (s *state) stamp() Version {
+	s.seq++
+	return Version{s.epoch, s.seq}
+}
+
+func (s *state) tombstone(k key, now time.Time) *record {
+	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: now}
+}
+
+// publish records a local endpoint under this node's name with a fresh
+// version. Re-publishing identical content is a no-op.
+func (s *state) publish(nid string, p peerdb.Peer) error {
+	ips := make([]netip.Addr, 0, len(p.IPs))
+	for _, ip := range p.IPs {
+		if ip = ip.Unmap(); !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
+	r := &record{NetworkID: nid, EndpointID: p.EndpointID, Owner: s.self, IPs: ips, MAC: p.MAC, VTEP: s.vtep}
+	if err := r.validate(); err != nil {
+		return err
+	}
+	k := r.key()
+	cur := s.get(k)
+	if cur != nil && cur.Owner == s.self && sameContent(cur, r) {
+		return nil
+	}
+	if cur != nil && cur.Owner != s.self {
+		// Endpoint ids are unique per Docker cluster, so this is a
+		// collision or a forged record; the local endpoint is the truth here.
+		s.log.Warn("local endpoint replaces a record owned by another node",
+			"network", nid, "endpoint", p.EndpointID, "owner", cur.Owner)
+	}
+	r.Version = s.stamp()
+	s.put(r)
+	s.out = append(s.out, r)
+	return nil
+}
+
+// retract tombstones a local endpoint. Retracting what this node does not
+// own (or has already retracted) is a no-op.
+func (s *state) retract(nid, eid string, now time.Time) {
+	k := key{nid, eid}
+	cur := s.get(k)
+	if cur == nil || cur.Owner != s.self || cur.Deleted {
+		return
+	}
+	t := s.tombstone(k, now)
+	s.put(t)
+	s.out = append(s.out, t)
+}
+
+// ownerGone: records of name may be replaced by another owner's.
+func (s *state) ownerGone(name string, now time.Time) bool {
+	if name == s.self {
+		return false
+	}
+	m := s.members[name]
+	return m == nil || !m.alive && now.Sub(m.since) >= s.deadGrace
+}
+
+// apply merges a remote record (decoded and validated) into the table and
+// reports whether the table changed. r is owned by the table afterwards.
+func (s *state) apply(r *record, src source, now time.Time) bool {
+	if r.Owner == s.self {
+		return s.applyOwn(r, now)
+	}
+	m := s.members[r.Owner]
+	if m == nil {
+		// Gossip can outrun the alive message of a node that just joined:
+		// hold the record until NotifyJoin. Never applied if it never joins.
+		s.addPending(r, now)
+		return false
+	}
+	if !m.alive && (m.purged || now.Sub(m.since) >= s.deadGrace) {
+		// Gone past the grace: its records were (or are about to be)
+		// purged everywhere; this is a lagging node's copy, and accepting
+		// it would resurrect them. Within the grace the owner may be a
+		// false suspicion about to refute: its records are taken (they are
+		// purged with the rest if it does not come back).
+		s.rejectedNotMember++
+		s.log.Debug("record of a node that is not alive rejected", "owner", r.Owner, "network", r.NetworkID, "endpoint", r.EndpointID)
+		return false
+	}
+	if !r.Deleted && m.vtep.IsValid() && r.VTEP != m.vtep {
+		s.rejectedVTEP++
+		s.log.Warn("record whose VTEP is not its owner's address rejected",
+			"owner", r.Owner, "ownerVTEP", m.vtep, "vtep", r.VTEP, "network", r.NetworkID, "endpoint", r.EndpointID)
+		return false
+	}
+	k := r.key()
+	cur := s.get(k)
+	if cur != nil {
+		if cur.Owner != r.Owner {
+			if !s.ownerGone(cur.Owner, now) {
+				s.rejectedOwner++
+				s.log.Warn("record for an endpoint owned by another node rejected",
+					"network", r.NetworkID, "endpoint", r.EndpointID, "owner", cur.Owner, "claimant", r.Owner)
+				return false
+			}
+			// The previous owner is gone for good: versions of two owners
+			// are not comparable, the live owner's record replaces it.
+		} else if r.Version.Compare(cur.Version) <= 0 {
+			s.stale++
+			return false
+		}
+	}
+	if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
+		// An expired tombstone still supersedes what it deletes, but is
+		// not kept (otherwise tombstones would circulate forever).
+		if cur == nil {
+			return false
+		}
+		s.del(k)
+		if s.visible(cur) {
+			s.markDirty(k)
+		}
+		s.accepted++
+		return true
+	}
+	s.put(r)
+	if s.visible(cur) || s.visible(r) {
+		s.markDirty(k)
+	}
+	if src == srcState {
+		s.acceptedFromState++
+	} else {
+		s.accepted++
+		// Relay: memberlist sends a broadcast only from the node that
+		// queued it, to a few nodes; re-queueing on first acceptance makes
+		// it epidemic. Each node relays each version at most once.
+		s.out = append(s.out, r)
+	}
+	return true
+}
+
+// applyOwn handles a record under this node's own name that came from the
+// network. This node is the only authority for its records: whatever it
+// does not hold now is from an earlier incarnation (or was retracted and
+// its tombstone expired) and gets retracted with a newer version.
+func (s *state) applyOwn(r *record, now time.Time) bool {
+	k := r.key()
+	cur := s.get(k)
+	if cur != nil && cur.Owner != s.self {
+		s.rejectedOwner++
+		return false
+	}
+	if r.Version.Epoch >= maxSaneEpoch {
+		// No incarnation of ours wrote this. Kill it for good without
+		// adopting its epoch (a local endpoint with this id, if any, is
+		// lost: only a forged or corrupt record gets here).
+		if r.Deleted || cur != nil && cur.Deleted && cur.Version == finalVersion {
+			return false
+		}
+		s.log.Error("record under this node's name with an impossible version: retracting it for good",
+			"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version)
+		t := s.tombstone(k, now)
+		t.Version = finalVersion
+		s.put(t)
+		s.out = append(s.out, t)
+		s.retracted++
+		return true
+	}
+	if r.Version.Epoch > s.epoch || r.Version.Epoch == s.epoch && r.Version.Seq > s.seq {
+		// Written by "us" with a version we never stamped: the clock
+		// stepped back across a restart, or another node uses our name.
+		s.log.Warn("record under this node's name with a newer version than ours: advancing epoch",
+			"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version, "epoch", s.epoch)
+		s.bumpEpoch(r.Version.Epoch)
+		cur = s.get(k)
+	}
+	if cur != nil {
+		if cur.Version.Compare(r.Version) >= 0 {
+			return false
+		}
+		// Ours is older than a version we supposedly wrote: re-stamp ours
+		// so it wins.
+		n := cur.clone()
+		n.Version = s.stamp()
+		s.put(n)
+		s.out = append(s.out, n)
+		return true
+	}
+	if r.Deleted {
+		return false // nothing live to undo
+	}
+	t := s.tombstone(k, now)
+	s.put(t)
+	s.out = append(s.out, t)
+	s.retracted++
+	s.log.Info("retracting an endpoint this node no longer holds",
+		"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version, "tombstone", t.Version)
+	return true
+}
+
+// bumpEpoch moves this node's epoch past seen and re-stamps every own record.
+func (s *state) bumpEpoch(seen uint64) {
+	s.epoch = max(s.epoch, seen) + 1
+	s.epochBumps++
+	for k := range s.byOwner[s.self] {
+		n := s.get(k).clone()
+		n.Version = s.stamp()
+		s.put(n)
+		s.out = append(s.out, n)
+	}
+}
+
+func (s *state) addPending(r *record, now time.Time) {
+	p := s.pending[r.Owner]
+	k := r.key()
+	if old, ok := p[k]; ok {
+		if r.Version.Compare(old.r.Version) > 0 {
+			p[k] = pendingRec{r, now}
+		}
+		return
+	}
+	if s.npend >= maxPending {
+		s.pendingDropped++
+		return
+	}
+	if p == nil {
+		p = map[key]pendingRec{}
+		s.pending[r.Owner] = p
+	}
+	p[k] = pendingRec{r, now}
+	s.npend++
+	s.pendingTotal++
+}
+
+// memberUp: name is alive (joined, came back, or updated its meta).
+func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time.Time) {
+	m := s.members[name]
+	if m == nil {
+		m = &member{name: name}
+		s.members[name] = m
+	}
+	if !m.alive {
+		m.since = now
+		m.gen++
+	}
+	m.alive, m.purged, m.addr = true, false, addr
+	if name == s.self {
+		m.vtep, m.epoch = s.vtep, s.epoch
+		return
+	}
+	if vtep, epoch, err := parseMeta(meta); err != nil {
+		s.log.Warn("member without usable meta: its records' VTEPs are not checked", "member", name, "err", err)
+	} else {
+		if m.vtep.IsValid() && m.vtep != vtep {
+			s.log.Info("member's VTEP changed", "member", name, "old", m.vtep, "new", vtep)
+		}
+		m.vtep, m.epoch = vtep, epoch
+	}
+	// Re-validate what we hold from it against its current address.
+	if m.vtep.IsValid() {
+		for k := range s.byOwner[name] {
+			if r := s.get(k); !r.Deleted && r.VTEP != m.vtep {
+				s.del(k)
+				s.markDirty(k)
+				s.rejectedVTEP++
+			}
+		}
+	}
+	if p := s.pending[name]; p != nil {
+		delete(s.pending, name)
+		s.npend -= len(p)
+		recs := make([]*record, 0, len(p))
+		for _, pr := range p {
+			recs = append(recs, pr.r)
+		}
+		slices.SortFunc(recs, func(a, b *record) int { return a.Version.Compare(b.Version) })
+		for _, r := range recs {
+			s.apply(r, srcPending, now)
+		}
+	}
+}
+
+// memberDown: name left or failed. Its records stay for deadGrace.
+func (s *state) memberDown(name string, now time.Time) {
+	if name == s.self {
+		return
+	}
+	m := s.members[name]
+	if m == nil {
+		m = &member{name: name}
+		s.members[name] = m
+	}
+	if m.alive || m.since.IsZero() {
+		m.since = now
+		m.gen++
+	}
+	m.alive = false
+}
+
+// sweep does the time-driven work: purges records of owners gone past the
+// grace, forgets long-gone members, expires tombstones and pending records.
+func (s *state) sweep(now time.Time) {
+	for name, m := range s.members {
+		if m.alive || name == s.self {
+			continue
+		}
+		gone := now.Sub(m.since)
+		if !m.purged && gone >= s.deadGrace {
+			n := s.purgeOwner(name)
+			m.purged = true
+			s.log.Info("removed the records of a node gone past the grace period", "member", name, "records", n, "gone", gone.Round(time.Millisecond))
+		}
+		if m.purged && gone >= s.forgetAfter {
+			delete(s.members, name)
+		}
+	}
+	for nid, recs := range s.nets {
+		for eid, r := range recs {
+			if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
+				s.del(key{nid, eid})
+				s.expired++
+			}
+		}
+	}
+	for owner, p := range s.pending {
+		for k, pr := range p {
+			if now.Sub(pr.at) >= s.pendingTTL {
+				delete(p, k)
+				s.npend--
+				s.pendingDropped++
+			}
+		}
+		if len(p) == 0 {
+			delete(s.pending, owner)
+		}
+	}
+}
+
+func (s *state) purgeOwner(name string) int {
+	n := 0
+	for k := range s.byOwner[name] {
+		if r := s.get(k); s.visible(r) {
+			s.markDirty(k)
+		}
+		s.del(k)
+		s.purged++
+		n++
+	}
+	return n
+}
+
+// snapshot returns copies of the live remote records of a network.
+func (s *state) snapshot(nid string) []peerdb.Peer {
+	var out []peerdb.Peer
+	for _, r := range s.nets[nid] {
+		if s.visible(r) {
+			out = append(out, r.peer())
+		}
+	}
+	slices.SortFunc(out, func(a, b peerdb.Peer) int { return cmp.Compare(a.EndpointID, b.EndpointID) })
+	return out
+}
+
+// markNetwork marks every live remote record of nid for delivery.
+func (s *state) markNetwork(nid string) {
+	for _, r := range s.nets[nid] {
+		if s.visible(r) {
+			s.markDirty(r.key())
+		}
+	}
+}
+
+// delivery is one Sink call, computed from the table's current value.
+type delivery struct {
+	nid, eid string
+	add      bool
+	peer     peerdb.Peer // a copy; set when add
+}
+
+// takeDirty empties the dirty set into deliveries of the CURRENT values.
+func (s *state) takeDirty() []delivery {
+	if len(s.dirty) == 0 {
+		return nil
+	}
+	out := make([]delivery, 0, len(s.dirty))
+	for k := range s.dirty {
+		r := s.get(k)
+		switch {
+		case s.visible(r):
+			out = append(out, delivery{nid: k.nid, eid: k.eid, add: true, peer: r.peer()})
+		case r != nil && r.Owner == s.self:
+			// Our own endpoint: the driver has it as local.
+		default:
+			out = append(out, delivery{nid: k.nid, eid: k.eid})
+		}
+	}
+	clear(s.dirty)
+	return out
+}
+
+// allRecords returns the table grouped by network, for push/pull.
+func (s *state) allRecords() []*record {
+	n := 0
+	for _, recs := range s.nets {
+		n += len(recs)
+	}
+	out := make([]*record, 0, n)
+	for _, recs := range s.nets {
+		for _, r := range recs {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Node meta: version(1) addrLen(1) addr epoch(8, big endian).
+const metaVersion = 1
+
+func encodeMeta(vtep netip.Addr, epoch uint64) []byte {
+	b := []byte{metaVersion, byte(vtep.BitLen() / 8)}
+	b = append(b, vtep.AsSlice()...)
+	return binary.BigEndian.AppendUint64(b, epoch)
+}
+
+func parseMeta(b []byte) (netip.Addr, uint64, error) {
+	if len(b) < 2 || b[0] != metaVersion {
+		return netip.Addr{}, 0, fmt.Errorf("meta: unknown format (%d bytes)", len(b))
+	}
+	n := int(b[1])
+	if (n != 4 && n != 16) || len(b) != 2+n+8 {
+		return netip.Addr{}, 0, fmt.Errorf("meta: bad length")
+	}
+	a, _ := netip.AddrFromSlice(b[2 : 2+n])
+	a = a.Unmap()
+	if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {
+		return netip.Addr{}, 0, fmt.Errorf("meta: unusable VTEP %v", a)
+	}
+	return a, binary.BigEndian.Uint64(b[2+n:]), nil
+}
