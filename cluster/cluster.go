@@ -111,8 +111,12 @@ type Config struct {
 	// used; Name, Delegate and Events are restored afterwards.
 	MemberlistConfig func(*memberlist.Config)
 	Sink             Sink
-	Logger           *slog.Logger
-	Clock            func() time.Time // nil: time.Now
+	// NodeData receives the node data (SetNodeData) of other nodes, keyed
+	// by their VTEP, and nil when a node is gone past the grace period.
+	// Called from the delivery goroutine with no cluster lock held.
+	NodeData func(vtep netip.Addr, data []byte)
+	Logger   *slog.Logger
+	Clock    func() time.Time // nil: time.Now
 }
 
 // Defaults.
@@ -145,7 +149,12 @@ type Cluster struct {
 	leaveTO  time.Duration // bound on the graceful leave in Close
 	sweepInt time.Duration
 	rejoin   time.Duration
-	meta     []byte                 // memberlist node meta: VTEP and start epoch; immutable
+	// meta is the memberlist node meta: VTEP, start epoch and node data.
+	// Atomic: memberlist reads it under its own locks.
+	meta     atomic.Pointer[[]byte]
+	adv      netip.Addr
+	epoch    uint64
+	nodeData func(netip.Addr, []byte)
 	ml       *memberlist.Memberlist // set in New before any goroutine of ours starts
 	queue    *memberlist.TransmitLimitedQueue
 
@@ -165,6 +174,7 @@ type Cluster struct {
 	lastDecodeWarn               atomic.Int64 // unix ns of the last decode warning
 
 	deliverCh chan struct{} // 1-buffered wake-ups of the delivery goroutine
+	metaCh    chan struct{} // 1-buffered wake-ups of the meta gossip goroutine
 	joinCh    chan struct{} // 1-buffered wake-ups of the rejoin goroutine
 	stop      chan struct{}
 	closed    atomic.Bool
@@ -241,12 +251,15 @@ func New(cfg Config) (*Cluster, error) {
 		rejoin:    cfg.RejoinInterval,
 		cands:     map[string]*candidate{},
 		deliverCh: make(chan struct{}, 1),
+		metaCh:    make(chan struct{}, 1),
 		joinCh:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
 	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
 	c.st = newState(cfg.NodeName, adv, epoch, cfg.DeadGrace, cfg.TombstoneTTL, lg)
-	c.meta = encodeMeta(adv, epoch)
+	meta := encodeMeta(adv, epoch, nil)
+	c.meta.Store(&meta)
+	c.adv, c.epoch, c.nodeData = adv, epoch, cfg.NodeData
 	c.sweepInt = min(max(min(cfg.DeadGrace, cfg.TombstoneTTL)/20, 5*time.Millisecond), time.Second)
 
 	mc := memberlist.DefaultLANConfig()
@@ -304,10 +317,11 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.mu.Unlock()
 
-	c.wg.Add(3)
+	c.wg.Add(4)
 	go c.deliverLoop()
 	go c.sweepLoop()
 	go c.rejoinLoop()
+	go c.metaLoop()
 	lg.Info("gossip started", "addr", c.selfAddr, "vtep", adv, "epoch", epoch, "seeds", len(cfg.Join), "encrypted", cfg.SecretKey != nil)
 	return c, nil
 }
@@ -322,6 +336,40 @@ func (c *Cluster) withPort(s string) string {
 	}
 	return net.JoinHostPort(s, strconv.Itoa(c.port))
 }
+
+// SetNodeData publishes data (at most MaxNodeData bytes, opaque to the
+// cluster) in this node's memberlist meta; other nodes receive it through
+// Config.NodeData. It does not block: the update is gossiped in the
+// background.
+func (c *Cluster) SetNodeData(data []byte) error {
+	if len(data) > MaxNodeData {
+		return fmt.Errorf("cluster: node data is %d bytes, at most %d fit in memberlist's meta", len(data), MaxNodeData)
+	}
+	meta := encodeMeta(c.adv, c.epoch, data)
+	c.meta.Store(&meta)
+	c.wake(c.metaCh)
+	return nil
+}
+
+// metaLoop gossips the node meta whenever SetNodeData changed it; bursts
+// coalesce, and UpdateNode reads the newest meta.
+func (c *Cluster) metaLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.metaCh:
+		}
+		if err := c.ml.UpdateNode(5 * time.Second); err != nil {
+			c.log.Warn("gossip node data", "err", err)
+		}
+	}
+}
+
+// MaxNodeData is what SetNodeData accepts: memberlist's meta limit less
+// our own header (version, address, epoch).
+const MaxNodeData = memberlist.MetaMaxSize - 2 - 16 - 8
 
 // Close leaves the cluster gracefully (bounded by a few gossip intervals),
 // stops the goroutines and shuts memberlist down. No Sink call is made once
@@ -462,9 +510,15 @@ func (c *Cluster) deliverLoop() {
 		for {
 			c.mu.Lock()
 			batch := c.st.takeDirty()
+			data := c.st.takeDataDirty()
 			c.mu.Unlock()
-			if len(batch) == 0 {
+			if len(batch) == 0 && len(data) == 0 {
 				break
+			}
+			if c.nodeData != nil {
+				for _, nd := range data {
+					c.nodeData(nd.vtep, nd.data)
+				}
 			}
 			for _, d := range batch {
 				select {

@@ -512,3 +512,42 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeData: data a node publishes reaches the others, follows updates,
+// and goes when the node is gone past the grace period.
+func TestNodeData(t *testing.T) {
+	h := newHarness(t)
+	h.grace = time.Second
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	waitMembers(t, nodes, 3)
+	want := func(d string) func() error {
+		return func() error {
+			for _, n := range nodes[:2] {
+				got, ok := n.sink.getData(nodes[2].ip)
+				if d == "" && ok {
+					return fmt.Errorf("%s still has %q", n.name, got)
+				}
+				if d != "" && string(got) != d {
+					return fmt.Errorf("%s has %q, want %q", n.name, got, d)
+				}
+			}
+			return nil
+		}
+	}
+	if err := nodes[2].c.SetNodeData([]byte("keys-1")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "node data spread", want("keys-1"))
+	if err := nodes[2].c.SetNodeData([]byte("keys-2")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "node data update spread", want("keys-2"))
+	if _, ok := nodes[2].sink.getData(nodes[2].ip); ok {
+		t.Fatal("a node received its own data")
+	}
+	if err := nodes[0].c.SetNodeData(make([]byte, MaxNodeData+1)); err == nil {
+		t.Fatal("oversized node data accepted")
+	}
+	nodes[2].crash()
+	eventually(t, 10*time.Second, "node data gone after grace", want(""))
+}

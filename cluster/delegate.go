@@ -24,11 +24,11 @@ var _ memberlist.Delegate = (*delegate)(nil)
 const mergeChunk = 512
 
 func (d *delegate) NodeMeta(limit int) []byte {
-	// Immutable after New: the VTEP and the start epoch (instance id).
-	if len(d.c.meta) > limit {
+	meta := *d.c.meta.Load()
+	if len(meta) > limit {
 		return nil
 	}
-	return d.c.meta
+	return meta
 }
 
 func (d *delegate) NotifyMsg(buf []byte) {

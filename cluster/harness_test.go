@@ -26,14 +26,32 @@ type recSink struct {
 	mu       sync.Mutex
 	networks map[string]bool // nil: every network exists
 	peers    map[string]map[string]peerdb.Peer
-	adds     map[string]int       // endpoint → AddPeer calls
-	dels     map[string]int       // endpoint → DeletePeer calls
-	delAt    map[string]time.Time // endpoint → last DeletePeer
+	adds     map[string]int        // endpoint → AddPeer calls
+	dels     map[string]int        // endpoint → DeletePeer calls
+	delAt    map[string]time.Time  // endpoint → last DeletePeer
+	data     map[netip.Addr][]byte // VTEP → node data
 	lock     *sync.Mutex
 }
 
+func (s *recSink) nodeData(vtep netip.Addr, data []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if data == nil {
+		delete(s.data, vtep)
+	} else {
+		s.data[vtep] = data
+	}
+}
+
+func (s *recSink) getData(vtep netip.Addr) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.data[vtep]
+	return d, ok
+}
+
 func newRecSink() *recSink {
-	return &recSink{peers: map[string]map[string]peerdb.Peer{}, adds: map[string]int{}, dels: map[string]int{}, delAt: map[string]time.Time{}}
+	return &recSink{peers: map[string]map[string]peerdb.Peer{}, adds: map[string]int{}, dels: map[string]int{}, delAt: map[string]time.Time{}, data: map[netip.Addr][]byte{}}
 }
 
 func (s *recSink) AddPeer(nid string, p peerdb.Peer) error {
@@ -174,6 +192,7 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		Transport:        tr,
 		MemberlistConfig: h.tweak,
 		Sink:             sink,
+		NodeData:         sink.nodeData,
 		Logger:           testLogger(),
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -38,6 +39,9 @@ type member struct {
 	gen    uint64
 	since  time.Time
 	purged bool // gone past grace: its records were removed
+	// data is the opaque node data from its meta (the encryption layer's
+	// public keys); nil once the member is purged.
+	data []byte
 }
 
 type pendingRec struct {
@@ -79,6 +83,8 @@ type state struct {
 	pending map[string]map[key]pendingRec // owner → newest record per key
 	npend   int
 	dirty   map[key]struct{}
+	// dataDirty holds the VTEPs whose node data changed since delivery.
+	dataDirty map[netip.Addr]struct{}
 	// out collects records to broadcast, in the order their versions were
 	// stamped or accepted. The caller drains it into the broadcast queue
 	// under the same lock, so the queue's replace-by-name never lets an
@@ -100,6 +106,7 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 		members:     map[string]*member{},
 		pending:     map[string]map[key]pendingRec{},
 		dirty:       map[key]struct{}{},
+		dataDirty:   map[netip.Addr]struct{}{},
 	}
 }
 
@@ -396,13 +403,15 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 		m.vtep, m.epoch = s.vtep, s.epoch
 		return
 	}
-	if vtep, epoch, err := parseMeta(meta); err != nil {
+	if vtep, epoch, data, err := parseMeta(meta); err != nil {
 		s.log.Warn("member without usable meta: its records' VTEPs are not checked", "member", name, "err", err)
 	} else {
 		if m.vtep.IsValid() && m.vtep != vtep {
 			s.log.Info("member's VTEP changed", "member", name, "old", m.vtep, "new", vtep)
+			s.setData(m, nil) // the old VTEP's data goes with it
 		}
 		m.vtep, m.epoch = vtep, epoch
+		s.setData(m, data)
 	}
 	// Re-validate what we hold from it against its current address.
 	if m.vtep.IsValid() {
@@ -456,6 +465,7 @@ func (s *state) sweep(now time.Time) {
 		if !m.purged && gone >= s.deadGrace {
 			n := s.purgeOwner(name)
 			m.purged = true
+			s.setData(m, nil)
 			s.log.Info("removed the records of a node gone past the grace period", "member", name, "records", n, "gone", gone.Round(time.Millisecond))
 		}
 		if m.purged && gone >= s.forgetAfter {
@@ -561,27 +571,70 @@ func (s *state) allRecords() []*record {
 	return out
 }
 
-// Node meta: version(1) addrLen(1) addr epoch(8, big endian).
-const metaVersion = 1
-
-func encodeMeta(vtep netip.Addr, epoch uint64) []byte {
-	b := []byte{metaVersion, byte(vtep.BitLen() / 8)}
-	b = append(b, vtep.AsSlice()...)
-	return binary.BigEndian.AppendUint64(b, epoch)
+// setData records a member's node data and queues its delivery if it
+// changed.
+func (s *state) setData(m *member, data []byte) {
+	if bytes.Equal(m.data, data) && (m.data == nil) == (data == nil) {
+		return
+	}
+	m.data = bytes.Clone(data)
+	if m.vtep.IsValid() {
+		s.dataDirty[m.vtep] = struct{}{}
+	}
 }
 
-func parseMeta(b []byte) (netip.Addr, uint64, error) {
+// nodeData is a member's node data on its way to the NodeData callback.
+type nodeData struct {
+	vtep netip.Addr
+	data []byte // a copy; nil when the member is gone
+}
+
+// takeDataDirty empties the node-data dirty set into the CURRENT values.
+func (s *state) takeDataDirty() []nodeData {
+	if len(s.dataDirty) == 0 {
+		return nil
+	}
+	current := map[netip.Addr][]byte{}
+	for _, m := range s.members {
+		if m.vtep.IsValid() && m.data != nil && m.name != s.self {
+			current[m.vtep] = m.data
+		}
+	}
+	out := make([]nodeData, 0, len(s.dataDirty))
+	for vtep := range s.dataDirty {
+		out = append(out, nodeData{vtep: vtep, data: bytes.Clone(current[vtep])})
+	}
+	clear(s.dataDirty)
+	return out
+}
+
+// Node meta: version(1) addrLen(1) addr epoch(8, big endian), then the
+// node data, opaque to the cluster.
+const metaVersion = 1
+
+func encodeMeta(vtep netip.Addr, epoch uint64, data []byte) []byte {
+	b := []byte{metaVersion, byte(vtep.BitLen() / 8)}
+	b = append(b, vtep.AsSlice()...)
+	b = binary.BigEndian.AppendUint64(b, epoch)
+	return append(b, data...)
+}
+
+func parseMeta(b []byte) (netip.Addr, uint64, []byte, error) {
 	if len(b) < 2 || b[0] != metaVersion {
-		return netip.Addr{}, 0, fmt.Errorf("meta: unknown format (%d bytes)", len(b))
+		return netip.Addr{}, 0, nil, fmt.Errorf("meta: unknown format (%d bytes)", len(b))
 	}
 	n := int(b[1])
-	if (n != 4 && n != 16) || len(b) != 2+n+8 {
-		return netip.Addr{}, 0, fmt.Errorf("meta: bad length")
+	if (n != 4 && n != 16) || len(b) < 2+n+8 {
+		return netip.Addr{}, 0, nil, fmt.Errorf("meta: bad length")
 	}
 	a, _ := netip.AddrFromSlice(b[2 : 2+n])
 	a = a.Unmap()
 	if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {
-		return netip.Addr{}, 0, fmt.Errorf("meta: unusable VTEP %v", a)
+		return netip.Addr{}, 0, nil, fmt.Errorf("meta: unusable VTEP %v", a)
 	}
-	return a, binary.BigEndian.Uint64(b[2+n:]), nil
+	var data []byte
+	if rest := b[2+n+8:]; len(rest) > 0 {
+		data = rest
+	}
+	return a, binary.BigEndian.Uint64(b[2+n : 2+n+8]), data, nil
 }

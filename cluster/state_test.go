@@ -38,7 +38,7 @@ func newTestState(self, vtep string, epoch uint64) *state {
 
 // join makes name an alive member of s with the given VTEP in its meta.
 func join(s *state, name, vtep string, now time.Time) {
-	s.memberUp(name, netip.MustParseAddrPort(vtep+":7946"), encodeMeta(netip.MustParseAddr(vtep), 1), now)
+	s.memberUp(name, netip.MustParseAddrPort(vtep+":7946"), encodeMeta(netip.MustParseAddr(vtep), 1, nil), now)
 }
 
 func mac(b byte) hwaddr.MAC { return hwaddr.MAC{0x02, 0, 0, 0, 0, b} }
@@ -238,7 +238,7 @@ func TestVTEPMismatchRejected(t *testing.T) {
 	}
 	// When x's meta becomes known, what it holds is re-validated.
 	s.takeDirty()
-	s.memberUp("x", netip.MustParseAddrPort("10.0.0.9:7946"), encodeMeta(netip.MustParseAddr("10.0.0.9"), 1), t0)
+	s.memberUp("x", netip.MustParseAddrPort("10.0.0.9:7946"), encodeMeta(netip.MustParseAddr("10.0.0.9"), 1, nil), t0)
 	if len(s.snapshot(netA)) != 0 {
 		t.Fatal("record with a mismatching VTEP kept after the owner's meta arrived")
 	}
@@ -572,13 +572,17 @@ func FuzzDecode(f *testing.F) {
 
 func TestMeta(t *testing.T) {
 	for _, a := range []string{"198.51.100.7", "2001:db8::7"} {
-		vtep, epoch, err := parseMeta(encodeMeta(netip.MustParseAddr(a), 42))
+		vtep, epoch, _, err := parseMeta(encodeMeta(netip.MustParseAddr(a), 42, nil))
 		if err != nil || vtep != netip.MustParseAddr(a) || epoch != 42 {
 			t.Errorf("meta round trip of %s: %v %d %v", a, vtep, epoch, err)
 		}
 	}
+	vtep, _, data, err := parseMeta(encodeMeta(netip.MustParseAddr("198.51.100.7"), 1, []byte("node data")))
+	if err != nil || string(data) != "node data" || vtep != netip.MustParseAddr("198.51.100.7") {
+		t.Errorf("meta with node data: %v %q %v", vtep, data, err)
+	}
 	for _, b := range [][]byte{nil, {1}, {2, 4, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 5, 1}} {
-		if _, _, err := parseMeta(b); err == nil {
+		if _, _, _, err := parseMeta(b); err == nil {
 			t.Errorf("meta %v accepted", b)
 		}
 	}
