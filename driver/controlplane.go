@@ -27,11 +27,24 @@ type ControlPlane interface {
 	NodeHint(addr netip.Addr)
 }
 
-// SetControlPlane connects the control plane. It may be called while
-// requests are served; endpoints joined before it are not published, so call
-// it before serving where possible.
+// SetControlPlane connects the control plane, which may start after the
+// driver serves (it needs the settled advertise address): the networks and
+// joined endpoints that exist by then are announced to it.
 func (d *Driver) SetControlPlane(cp ControlPlane) {
 	d.cp.Store(&cp)
+	for _, id := range d.networkIDs() {
+		n := d.lockNetwork(id)
+		if n == nil {
+			continue
+		}
+		cp.NetworkAdded(n.id)
+		for _, ep := range n.endpoints {
+			if ep.joined {
+				cp.Publish(n.id, peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true})
+			}
+		}
+		n.mu.Unlock()
+	}
 }
 
 func (d *Driver) controlPlane() ControlPlane {

@@ -79,6 +79,24 @@ func TestControlPlaneHooks(t *testing.T) {
 	}
 }
 
+func TestLateControlPlaneLearnsExistingEndpoints(t *testing.T) {
+	d, _ := newFake(t)
+	must(t, d.CreateNetwork(createNetReq("n1", 300)))
+	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
+	must(t, err)
+	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
+	must(t, err)
+	_, err = d.CreateEndpoint(endpointReq("n1", "e2", 2)) // not joined: not published
+	must(t, err)
+	cp := &recordingCP{}
+	d.SetControlPlane(cp)
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if !slices.Equal(cp.added, []string{"n1"}) || !slices.Equal(cp.published, []string{"n1/e1"}) {
+		t.Fatalf("late control plane: added %v published %v", cp.added, cp.published)
+	}
+}
+
 func TestFloodEntriesPerVTEP(t *testing.T) {
 	d, k := newFake(t)
 	req := createNetReq("n1", 300)

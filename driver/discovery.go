@@ -30,8 +30,8 @@ func parseNodeDiscovery(n *api.DiscoveryNotification) (nodeDiscovery, error) {
 	return nodeDiscovery{Address: addr.Unmap(), Self: self}, nil
 }
 
-// DiscoverNew learns this node's address from Docker (Self) when none was
-// configured. Other discovery types (swarm's encryption keys) never reach a
+// DiscoverNew learns this node's address from Docker (Self), for
+// AdvertiseAddr. Other discovery types (swarm's encryption keys) never reach a
 // plugin and are ignored.
 func (d *Driver) DiscoverNew(n *api.DiscoveryNotification) error {
 	if n.DiscoveryType != discoveryNode {
@@ -43,9 +43,17 @@ func (d *Driver) DiscoverNew(n *api.DiscoveryNotification) error {
 	}
 	if nd.Self {
 		d.mu.Lock()
+		first := !d.discovered.IsValid()
 		d.discovered = nd.Address
+		vtep := d.vtep
+		if first {
+			close(d.selfKnown)
+		}
 		d.mu.Unlock()
-		d.log.Info("docker reports this node's address", "addr", nd.Address, "configured", d.configured)
+		if vtep.IsValid() && vtep != nd.Address {
+			d.log.Warn("docker reports another address for this node than the plugin advertises; set --advertise-addr to the swarm's data address",
+				"docker", nd.Address, "advertised", vtep)
+		}
 		return nil
 	}
 	d.log.Debug("docker reports a swarm node", "addr", nd.Address)

@@ -18,12 +18,14 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/vni"
@@ -50,9 +52,9 @@ type Config struct {
 	Underlay Underlay
 	// VNIs allocates VXLAN ids when this node is the swarm leader.
 	VNIs *vni.Allocator
-	// AdvertiseAddr is this host's VTEP address. When unset, the address
-	// Docker reports for this node (DiscoverNew, Self) is used, else the
-	// default-route interface's address.
+	// AdvertiseAddr is this host's VTEP address. When unset, the caller
+	// settles it later with SetVTEP (see AdvertiseAddr); until then joins
+	// wait for it.
 	AdvertiseAddr netip.Addr
 	// VXLANPort is the UDP port of every VXLAN device.
 	VXLANPort uint16
@@ -79,22 +81,32 @@ type Encryption interface {
 
 // Driver implements go-plugins-helpers' network.Driver.
 type Driver struct {
-	kernel     kernel.Kernel
-	underlay   Underlay
-	vnis       *vni.Allocator
-	port       uint16
-	log        *slog.Logger
-	configured netip.Addr // AdvertiseAddr from Config; immutable
-	enc        Encryption // immutable; nil without a cluster secret
+	kernel   kernel.Kernel
+	underlay Underlay
+	vnis     *vni.Allocator
+	port     uint16
+	log      *slog.Logger
+	// enc is the encryption side, nil until SetEncryption (or without a
+	// cluster secret). Atomic: read under network locks.
+	enc atomic.Pointer[Encryption]
+	// vtepSet is closed when vtep is set.
+	vtepSet chan struct{}
 	// cp is the control plane, nil until SetControlPlane. Atomic rather
 	// than under mu: it is read under network locks on every join.
 	cp atomic.Pointer[ControlPlane]
 
-	// mu guards networks and discovered. Bottom of the lock order: hold
-	// nothing else's lock while taking it and call nothing while holding it.
-	mu         sync.Mutex
-	networks   map[string]*network
-	discovered netip.Addr // this node's address as Docker reported it
+	// mu guards networks, vtep and discovered. Bottom of the lock order:
+	// hold nothing else's lock while taking it and call nothing while
+	// holding it.
+	mu       sync.Mutex
+	networks map[string]*network
+	// vtep is this host's VTEP address once settled; it never changes
+	// afterwards, since the other hosts program it.
+	vtep netip.Addr
+	// discovered is this node's address as Docker reported it, and
+	// selfKnown is closed when it is first set.
+	discovered netip.Addr
+	selfKnown  chan struct{}
 }
 
 // New returns a driver with no networks. It removes whatever a previous run
@@ -114,16 +126,23 @@ func New(cfg Config) (*Driver, error) {
 	if err := cfg.Kernel.RemoveLeftovers(); err != nil {
 		return nil, fmt.Errorf("remove leftovers of a previous run: %w", err)
 	}
-	return &Driver{
-		kernel:     cfg.Kernel,
-		underlay:   cfg.Underlay,
-		vnis:       cfg.VNIs,
-		port:       cfg.VXLANPort,
-		log:        log,
-		configured: cfg.AdvertiseAddr,
-		enc:        cfg.Encryption,
-		networks:   map[string]*network{},
-	}, nil
+	d := &Driver{
+		kernel:    cfg.Kernel,
+		underlay:  cfg.Underlay,
+		vnis:      cfg.VNIs,
+		port:      cfg.VXLANPort,
+		log:       log,
+		networks:  map[string]*network{},
+		vtepSet:   make(chan struct{}),
+		selfKnown: make(chan struct{}),
+	}
+	if cfg.Encryption != nil {
+		d.SetEncryption(cfg.Encryption)
+	}
+	if cfg.AdvertiseAddr.IsValid() {
+		d.SetVTEP(cfg.AdvertiseAddr)
+	}
+	return d, nil
 }
 
 // lockNetwork returns the network with the given id, locked, or nil. The
@@ -171,22 +190,64 @@ func (d *Driver) networkIDs() []string {
 	return ids
 }
 
-// localVTEP is the address this host's VXLAN devices use.
+// vtepWait bounds how long a join waits for the VTEP address to be
+// settled at start-up.
+const vtepWait = 20 * time.Second
+
+// localVTEP is the address this host's VXLAN devices use, once settled.
 func (d *Driver) localVTEP() (netip.Addr, error) {
-	if d.configured.IsValid() {
-		return d.configured, nil
+	select {
+	case <-d.vtepSet:
+	case <-time.After(vtepWait):
+		return netip.Addr{}, errors.New("this host's advertise address is not settled yet (the plugin is starting); retry")
 	}
 	d.mu.Lock()
-	a := d.discovered
-	d.mu.Unlock()
-	if a.IsValid() {
-		return a, nil
+	defer d.mu.Unlock()
+	return d.vtep, nil
+}
+
+// SetVTEP settles this host's VTEP address; later calls are ignored. The
+// control plane must advertise the same address.
+func (d *Driver) SetVTEP(a netip.Addr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.vtep.IsValid() {
+		return
+	}
+	d.vtep = a.Unmap()
+	close(d.vtepSet)
+}
+
+// AdvertiseAddr chooses this host's address: Docker's word for this node
+// (DiscoverNew with Self), which arrives just after the plugin starts, if
+// it comes within wait; else the default-route interface's address.
+func (d *Driver) AdvertiseAddr(ctx context.Context, wait time.Duration) (netip.Addr, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-d.selfKnown:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.discovered, nil
+	case <-ctx.Done():
+		return netip.Addr{}, ctx.Err()
+	case <-t.C:
 	}
 	a, err := d.underlay.DefaultAddr()
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("no advertise address: %w", err)
+		return netip.Addr{}, fmt.Errorf("no advertise address: Docker sent none and %w", err)
 	}
 	return a, nil
+}
+
+// SetEncryption connects the encryption side.
+func (d *Driver) SetEncryption(e Encryption) { d.enc.Store(&e) }
+
+func (d *Driver) encryption() Encryption {
+	if p := d.enc.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Close tears down every sandbox, so a clean stop leaves nothing in the
@@ -213,10 +274,11 @@ func (d *Driver) Close() error {
 
 // encryptionReady says why encrypted networks cannot be served here.
 func (d *Driver) encryptionReady() error {
-	if d.enc == nil {
+	enc := d.encryption()
+	if enc == nil {
 		return fmt.Errorf("%w: encrypted networks need a cluster secret: start every plugin with --secret-file (OVERLAY_SECRET_FILE)", ErrInvalid)
 	}
-	if err := d.enc.Supported(); err != nil {
+	if err := enc.Supported(); err != nil {
 		return fmt.Errorf("%w: encrypted networks cannot work on this host: %v", ErrInvalid, err)
 	}
 	return nil

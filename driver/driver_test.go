@@ -1,10 +1,12 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	api "github.com/docker/go-plugins-helpers/network"
 
@@ -391,8 +393,8 @@ func TestMTU(t *testing.T) {
 		t.Fatalf("MTU %d, want the option's 1400", got)
 	}
 	// An IPv6 underlay costs 20 bytes more.
-	d6, k6 := newFake(t)
-	d6.configured = netip.MustParseAddr("2001:db8::1")
+	k6 := fakekernel.New()
+	d6 := newTestDriverAt(t, k6, netip.MustParseAddr("2001:db8::1"))
 	must(t, d6.CreateNetwork(createNetReq("n1", 300)))
 	_, err = d6.CreateEndpoint(endpointReq("n1", "e1", 1))
 	must(t, err)
@@ -417,8 +419,14 @@ func TestStaticRoutesForOtherSubnets(t *testing.T) {
 	}
 }
 
-func TestDiscoverNewSelfSetsVTEP(t *testing.T) {
-	d, k := newFake(t)
+func TestAdvertiseAddrFromDiscovery(t *testing.T) {
+	k := fakekernel.New()
+	d := newTestDriverAt(t, k, netip.Addr{})
+	// Without Docker's word, the default route's address after the wait.
+	a, err := d.AdvertiseAddr(context.Background(), time.Millisecond)
+	if err != nil || a != localVTEP {
+		t.Fatalf("AdvertiseAddr = %v, %v; want the default route's %v", a, err, localVTEP)
+	}
 	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1,
 		DiscoveryData: map[string]any{"Address": "198.51.100.9", "BindAddress": "0.0.0.0", "Self": true}}))
 	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1,
@@ -429,13 +437,19 @@ func TestDiscoverNewSelfSetsVTEP(t *testing.T) {
 			t.Errorf("DiscoverNew(%v) = %v, want ErrInvalid", bad, err)
 		}
 	}
+	a, err = d.AdvertiseAddr(context.Background(), time.Hour)
+	if err != nil || a != netip.MustParseAddr("198.51.100.9") {
+		t.Fatalf("AdvertiseAddr = %v, %v; want Docker's address for this node", a, err)
+	}
+	d.SetVTEP(a)
+	d.SetVTEP(localVTEP) // settled: ignored
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
+	_, err = d.CreateEndpoint(endpointReq("n1", "e1", 1))
 	must(t, err)
 	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
 	must(t, err)
-	if got := k.Snapshot()["n1"].Spec.Local; got != netip.MustParseAddr("198.51.100.9") {
-		t.Fatalf("sandbox VTEP %v, want Docker's address for this node", got)
+	if got := k.Snapshot()["n1"].Spec.Local; got != a {
+		t.Fatalf("sandbox VTEP %v, want %v", got, a)
 	}
 }
 

@@ -76,7 +76,7 @@ func encryptedReq(id string, v uint32) *api.CreateNetworkRequest {
 func newEncryptedDriver(t *testing.T, enc Encryption) (*Driver, *fakekernel.Kernel) {
 	k := fakekernel.New()
 	d := newTestDriver(t, k)
-	d.enc = enc
+	d.SetEncryption(enc)
 	return d, k
 }
 

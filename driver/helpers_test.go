@@ -25,6 +25,10 @@ func (u stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
 var localVTEP = netip.MustParseAddr("198.51.100.1")
 
 func newTestDriver(t testing.TB, k kernel.Kernel) *Driver {
+	return newTestDriverAt(t, k, localVTEP)
+}
+
+func newTestDriverAt(t testing.TB, k kernel.Kernel, vtep netip.Addr) *Driver {
 	t.Helper()
 	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
 	if err != nil {
@@ -35,7 +39,7 @@ func newTestDriver(t testing.TB, k kernel.Kernel) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789,
+	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789, AdvertiseAddr: vtep,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

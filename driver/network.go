@@ -222,14 +222,14 @@ func (d *Driver) ensureSandbox(n *network) error {
 		if err := d.encryptionReady(); err != nil {
 			return err
 		}
-		if err := d.enc.EnableVNI(n.vni); err != nil {
+		if err := d.encryption().EnableVNI(n.vni); err != nil {
 			return fmt.Errorf("network %s: %w", n.id, err)
 		}
 	}
 	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: d.port, Local: local, MTU: mtu}
 	if err := d.kernel.CreateSandbox(spec); err != nil {
 		if n.opts.encrypted {
-			if derr := d.enc.DisableVNI(n.vni); derr != nil {
+			if derr := d.encryption().DisableVNI(n.vni); derr != nil {
 				d.log.Warn("undo firewall rules", "network", n.id, "err", derr)
 			}
 		}
@@ -273,11 +273,11 @@ func (d *Driver) teardownSandbox(n *network) error {
 	}
 	if n.opts.encrypted {
 		for vtep := range n.vteps {
-			if err := d.enc.RemoveRemote(vtep); err != nil {
+			if err := d.encryption().RemoveRemote(vtep); err != nil {
 				d.log.Warn("release IPsec state", "network", n.id, "remote", vtep, "err", err)
 			}
 		}
-		if err := d.enc.DisableVNI(n.vni); err != nil {
+		if err := d.encryption().DisableVNI(n.vni); err != nil {
 			d.log.Warn("remove firewall rules", "network", n.id, "err", err)
 		}
 	}
@@ -317,7 +317,7 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 				// The host's IPsec policy exists before its first FDB
 				// entry can send it anything.
 				if n.opts.encrypted {
-					if err := d.enc.AddRemote(e.VTEP); err != nil {
+					if err := d.encryption().AddRemote(e.VTEP); err != nil {
 						errs = append(errs, err)
 					}
 				}
@@ -350,7 +350,7 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 					}
 				}
 				if n.opts.encrypted {
-					if err := d.enc.RemoveRemote(e.VTEP); err != nil {
+					if err := d.encryption().RemoveRemote(e.VTEP); err != nil {
 						errs = append(errs, err)
 					}
 				}

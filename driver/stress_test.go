@@ -97,7 +97,7 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 	k := &exclusiveKernel{Kernel: fake, t: t, busy: map[string]bool{}}
 	d := newTestDriver(t, k)
 	fe := newFakeEncryption()
-	d.enc = fe
+	d.SetEncryption(fe)
 
 	nid := func(r *rand.Rand) string { return fmt.Sprintf("net%d", r.IntN(networks)) }
 	vniOf := func(id string) uint32 { return 300 + uint32(id[3]-'0') }
