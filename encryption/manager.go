@@ -425,3 +425,68 @@ func (m *Manager) prune() {
 		}
 	}
 }
+
+// Status is a copy of the IPsec state, for inspection.
+type Status struct {
+	Supported string          `json:"unsupported,omitempty"`
+	Own       []PublicKeyInfo `json:"ownGenerations"`
+	Remotes   []RemoteStatus  `json:"remotes"`
+	VNIs      []uint32        `json:"encryptedVNIs"`
+	States    []StateInfo     `json:"states"`
+	LastError string          `json:"lastError,omitempty"`
+}
+
+// PublicKeyInfo is a generation without its key bytes.
+type PublicKeyInfo struct {
+	Gen        uint64    `json:"gen"`
+	ActivateAt time.Time `json:"activateAt"`
+}
+
+// RemoteStatus is what is known and programmed towards one host.
+type RemoteStatus struct {
+	VTEP        netip.Addr      `json:"vtep"`
+	Refs        int             `json:"refs"`
+	Generations []PublicKeyInfo `json:"generations"`
+	PolicySPI   uint32          `json:"policySPI"`
+	Blocked     bool            `json:"blocked"`
+	SAs         int             `json:"sas"`
+}
+
+func infos(keys []PublicKey) []PublicKeyInfo {
+	out := make([]PublicKeyInfo, len(keys))
+	for i, k := range keys {
+		out[i] = PublicKeyInfo{Gen: k.Gen, ActivateAt: k.ActivateAt}
+	}
+	return out
+}
+
+// Status reports the key generations, the hosts in use and the SAs.
+func (m *Manager) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Status{Own: infos(m.keyring.Public()), Remotes: []RemoteStatus{}, VNIs: slices.Sorted(maps.Keys(m.vnis))}
+	if m.unsupported != nil {
+		st.Supported = m.unsupported.Error()
+	}
+	if m.lastErr != nil {
+		st.LastError = m.lastErr.Error()
+	}
+	vteps := map[netip.Addr]bool{}
+	for v := range m.refs {
+		vteps[v] = true
+	}
+	for v := range m.peerKeys {
+		vteps[v] = true
+	}
+	for _, v := range slices.SortedFunc(maps.Keys(vteps), netip.Addr.Compare) {
+		rs := RemoteStatus{VTEP: v, Refs: m.refs[v], Generations: infos(m.peerKeys[v])}
+		if r := m.remotes[v]; r != nil {
+			rs.PolicySPI, rs.Blocked, rs.SAs = r.policy, r.hasPolicy && r.policy == 0, len(r.sas)
+		}
+		st.Remotes = append(st.Remotes, rs)
+	}
+	if states, err := m.xfrm.States(); err == nil {
+		st.States = states
+	}
+	return st
+}
