@@ -90,6 +90,25 @@ func (c *Client) DeletePeer(networkID, endpointID string) error {
 	return c.do(http.MethodDelete, "/v1/networks/"+url.PathEscape(networkID)+"/peers/"+url.PathEscape(endpointID), nil, nil)
 }
 
+// Cluster returns the gossip members and statistics as JSON.
+func (c *Client) Cluster() (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(http.MethodGet, "/v1/cluster", nil, &out)
+	return out, err
+}
+
+// Encryption returns the IPsec status as JSON.
+func (c *Client) Encryption() (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(http.MethodGet, "/v1/encryption", nil, &out)
+	return out, err
+}
+
+// RotateKeys starts a new key generation now.
+func (c *Client) RotateKeys() error {
+	return c.do(http.MethodPost, "/v1/encryption/rotate", nil, nil)
+}
+
 // Healthy reports whether the plugin's driver is ready. The error is for a
 // plugin that cannot be reached or answers nonsense.
 func (c *Client) Healthy() (bool, error) {

@@ -41,7 +41,7 @@ func newDriver(t *testing.T) *driver.Driver {
 		t.Fatal(err)
 	}
 	d, err := driver.New(driver.Config{Kernel: fakekernel.New(), Underlay: stubUnderlay{}, VNIs: vnis,
-		VXLANPort: 4789, Logger: slog.New(slog.DiscardHandler)})
+		VXLANPort: 4789, AdvertiseAddr: netip.MustParseAddr("198.51.100.1"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

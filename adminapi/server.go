@@ -8,6 +8,12 @@
 //	POST   /v1/networks/{network}/peers              body peerdb.Peer, 204
 //	DELETE /v1/networks/{network}/peers/{endpoint}   204
 //	GET    /healthz                                  200 "ok" when ready, else 503
+//	GET    /v1/cluster                               200 gossip members and stats
+//	GET    /v1/encryption                            200 key generations, hosts, SAs
+//	POST   /v1/encryption/rotate                     204 start a new key generation
+//
+// The last three need a backend that implements Inspector; without the
+// control plane or a cluster secret they answer 404.
 //
 // Errors are JSON {"error": "..."} with 400 (invalid request, malformed or
 // unknown JSON), 404 (no such network), 409 (conflict), 405 (wrong method),
@@ -42,6 +48,14 @@ type Backend interface {
 	DeletePeer(networkID, endpointID string) error
 }
 
+// Inspector is what a backend with a control plane adds. Its methods
+// return errors wrapping driver.ErrNotFound when the part is not running.
+type Inspector interface {
+	Cluster() (any, error)
+	Encryption() (any, error)
+	RotateKeys() error
+}
+
 // Server is the admin API's http.Handler.
 type Server struct {
 	backend Backend
@@ -66,6 +80,18 @@ func NewServer(backend Backend, ready func() bool, log *slog.Logger) *Server {
 	s.mux.HandleFunc("GET /v1/networks", s.networks)
 	s.mux.HandleFunc("POST /v1/networks/{network}/peers", s.addPeer)
 	s.mux.HandleFunc("DELETE /v1/networks/{network}/peers/{endpoint}", s.deletePeer)
+	if in, ok := backend.(Inspector); ok {
+		s.mux.HandleFunc("GET /v1/cluster", s.inspect(in.Cluster))
+		s.mux.HandleFunc("GET /v1/encryption", s.inspect(in.Encryption))
+		s.mux.HandleFunc("POST /v1/encryption/rotate", func(w http.ResponseWriter, r *http.Request) {
+			if s.checkReady(w) {
+				s.finish(w, r, in.RotateKeys())
+			}
+		})
+		s.mux.HandleFunc("/v1/cluster", methodNotAllowed("GET, HEAD"))
+		s.mux.HandleFunc("/v1/encryption", methodNotAllowed("GET, HEAD"))
+		s.mux.HandleFunc("/v1/encryption/rotate", methodNotAllowed("POST"))
+	}
 	// The same paths without a method catch every other method, so that a
 	// wrong method gets a JSON 405 rather than the mux's plain text.
 	s.mux.HandleFunc("/healthz", methodNotAllowed("GET, HEAD"))
@@ -115,6 +141,24 @@ func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(state); err != nil {
 		s.log.Warn("admin API: write response", "err", err)
+	}
+}
+
+// inspect serves a read-only JSON view.
+func (s *Server) inspect(f func() (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.checkReady(w) {
+			return
+		}
+		v, err := f()
+		if err != nil {
+			writeError(w, StatusOf(err), err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(w).Encode(v); err != nil {
+			s.log.Warn("admin API: write response", "err", err)
+		}
 	}
 }
 

@@ -693,14 +693,14 @@ const (
 
 // Member is a copy of this node's view of one member.
 type Member struct {
-	Name    string
-	Addr    netip.AddrPort // gossip address
-	VTEP    netip.Addr     // from its meta
-	Epoch   uint64         // its instance id (start time, ns) from its meta
-	State   MemberState
-	Since   time.Time // last change of State, on this node's clock
-	Self    bool
-	Records int // live records it owns in this node's table
+	Name    string         `json:"name"`
+	Addr    netip.AddrPort `json:"addr"`  // gossip address
+	VTEP    netip.Addr     `json:"vtep"`  // from its meta
+	Epoch   uint64         `json:"epoch"` // its instance id (start time, ns) from its meta
+	State   MemberState    `json:"state"`
+	Since   time.Time      `json:"since"` // last change of State, on this node's clock
+	Self    bool           `json:"self,omitempty"`
+	Records int            `json:"records"` // live records it owns in this node's table
 }
 
 // Members returns copies of every member this node knows, alive or not,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,6 +42,43 @@ func runState(args []string, getenv func(string) string, stdout, stderr io.Write
 		return err
 	}
 	_, err = fmt.Fprintf(stdout, "%s\n", out)
+	return err
+}
+
+// runInspect prints one of the admin API's JSON views, indented.
+func runInspect(name, what string, get func(*adminapi.Client) (json.RawMessage, error), args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newEnvFlags(name, name+" [flags]\n\n"+what, stderr)
+	client := clientFlags(f)
+	if err := f.parse(args, getenv); err != nil {
+		return err
+	}
+	c := client()
+	defer c.Close()
+	raw, err := get(c)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", buf.Bytes())
+	return err
+}
+
+// runRotate asks the running plugin for a new key generation.
+func runRotate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newEnvFlags("rotate-keys", "rotate-keys [flags]\n\nStart a new IPsec key generation now; senders switch to it after the lead time.", stderr)
+	client := clientFlags(f)
+	if err := f.parse(args, getenv); err != nil {
+		return err
+	}
+	c := client()
+	defer c.Close()
+	if err := c.RotateKeys(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(stdout, "new key generation published; senders switch after the lead time")
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Defaults of the serve settings.
@@ -18,8 +19,12 @@ const (
 	defaultStateDir   = "/var/lib/overlay-plugin"
 	defaultSandboxDir = "/run/overlay-plugin/netns"
 	defaultVXLANPort  = 4789
-	adminSocketName   = "admin.sock"
-	stateDBName       = "state.db"
+	// Docker's NetworkDB gossips on 7946; ours must differ.
+	defaultGossipPort  = 7947
+	defaultDeadGrace   = 30 * time.Second
+	defaultKeyRotation = time.Hour
+	adminSocketName    = "admin.sock"
+	stateDBName        = "state.db"
 )
 
 // serveConfig is everything `serve` needs. Every path the plugin writes
@@ -32,6 +37,17 @@ type serveConfig struct {
 	AdvertiseAddr netip.Addr // zero: from Docker's DiscoverNew or the default route
 	VXLANPort     uint16
 	LogLevel      slog.Level
+
+	// GossipPort is the control plane's port; 0 runs without one (peers
+	// only through the admin API).
+	GossipPort int
+	Join       []string
+	NodeName   string // empty: <hostname>-<advertise address>
+	// SecretFile holds the base64 cluster secret: it authenticates and
+	// encrypts gossip and salts the IPsec keys.
+	SecretFile  string
+	DeadGrace   time.Duration
+	KeyRotation time.Duration
 }
 
 // usageError is a bad command line or environment: exit status 2.
@@ -144,6 +160,64 @@ func (v addrValue) Set(s string) error {
 	return nil
 }
 
+// gossipPortValue is a TCP/UDP port, or 0 for none.
+type gossipPortValue struct{ p *int }
+
+func (v gossipPortValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v gossipPortValue) Set(s string) error {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+	if err != nil {
+		return errors.New("want a port number between 0 (no gossip) and 65535")
+	}
+	*v.p = int(n)
+	return nil
+}
+
+// listValue is a comma-separated list; empty items are dropped.
+type listValue struct{ l *[]string }
+
+func (v listValue) String() string {
+	if v.l == nil {
+		return ""
+	}
+	return strings.Join(*v.l, ",")
+}
+
+func (v listValue) Set(s string) error {
+	*v.l = nil
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*v.l = append(*v.l, item)
+		}
+	}
+	return nil
+}
+
+// durationValue is a positive duration.
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d <= 0 {
+		return errors.New("want a positive duration such as 30s or 1h")
+	}
+	*v.d = d
+	return nil
+}
+
 // levelValue is a log level by name.
 type levelValue struct{ l *slog.Level }
 
@@ -186,7 +260,8 @@ func resolveAdminSocket(stateDir, adminSocket string) string {
 
 // parseServeConfig reads serve's settings from args and the environment.
 func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
-	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo}
+	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
+		DeadGrace: defaultDeadGrace, KeyRotation: defaultKeyRotation}
 	f := newEnvFlags("serve", "serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
 	f.stringVar(&cfg.Socket, "socket", "OVERLAY_SOCKET", defaultSocket, "unix socket of Docker's network driver API")
 	adminFlags(f, &cfg.StateDir, &cfg.AdminSocket)
@@ -194,8 +269,17 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.value(addrValue{&cfg.AdvertiseAddr}, "advertise-addr", "OVERLAY_ADVERTISE_ADDR", "this host's VTEP `address` (default: the address Docker reports for this node, else the default-route interface's)")
 	f.value(portValue{&cfg.VXLANPort}, "vxlan-port", "OVERLAY_VXLAN_PORT", "UDP `port` of the VXLAN devices")
 	f.value(levelValue{&cfg.LogLevel}, "log-level", "OVERLAY_LOG_LEVEL", "log `level`: debug, info, warn or error")
+	f.value(gossipPortValue{&cfg.GossipPort}, "gossip-port", "OVERLAY_GOSSIP_PORT", "TCP and UDP `port` of the gossip control plane (Docker's own uses 7946); 0 runs without it")
+	f.value(listValue{&cfg.Join}, "join", "OVERLAY_JOIN", "comma-separated `host[:port]` seeds of the gossip cluster (on a swarm, Docker names the other nodes)")
+	f.stringVar(&cfg.NodeName, "node-name", "OVERLAY_NODE_NAME", "", "unique, stable name of this node in the gossip cluster (default <hostname>-<advertise address>)")
+	f.stringVar(&cfg.SecretFile, "secret-file", "OVERLAY_SECRET_FILE", "", "file holding the base64 32-byte cluster secret: authenticates and encrypts gossip, needed for encrypted networks")
+	f.value(durationValue{&cfg.DeadGrace}, "dead-grace", "OVERLAY_DEAD_GRACE", "how long a failed node's endpoints are kept elsewhere (`duration`)")
+	f.value(durationValue{&cfg.KeyRotation}, "key-rotation", "OVERLAY_KEY_ROTATION", "interval between IPsec key generations (`duration`)")
 	if err := f.parse(args, getenv); err != nil {
 		return cfg, err
+	}
+	if cfg.SecretFile != "" && cfg.GossipPort == 0 {
+		return cfg, usagef("serve: --secret-file needs the gossip control plane (--gossip-port is 0)")
 	}
 	cfg.AdminSocket = resolveAdminSocket(cfg.StateDir, cfg.AdminSocket)
 	for _, p := range []struct{ name, v string }{

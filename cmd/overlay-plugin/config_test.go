@@ -6,8 +6,10 @@ import (
 	"flag"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -57,6 +59,16 @@ func TestServeConfigPrecedence(t *testing.T) {
 				VXLANPort: 4789, LogLevel: slog.LevelInfo},
 		},
 		{
+			name: "gossip and encryption settings",
+			args: []string{"--join", "198.51.100.1, 198.51.100.2:8000,", "--node-name", "h2", "--dead-grace", "3s"},
+			env: map[string]string{"OVERLAY_GOSSIP_PORT": "8000", "OVERLAY_SECRET_FILE": "/etc/overlay-plugin/secret",
+				"OVERLAY_KEY_ROTATION": "10m", "OVERLAY_JOIN": "ignored"},
+			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
+				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo,
+				GossipPort: 8000, Join: []string{"198.51.100.1", "198.51.100.2:8000"}, NodeName: "h2",
+				SecretFile: "/etc/overlay-plugin/secret", DeadGrace: 3 * time.Second, KeyRotation: 10 * time.Minute},
+		},
+		{
 			name: "empty variables count as unset; mapped IPv4 is unmapped",
 			args: []string{"--advertise-addr", "::ffff:198.51.100.9"},
 			env:  map[string]string{"OVERLAY_SOCKET": "", "OVERLAY_VXLAN_PORT": ""},
@@ -71,8 +83,12 @@ func TestServeConfigPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatalf("error %v (%s)", err, out.String())
 			}
-			if got != c.want {
-				t.Errorf("got  %+v\nwant %+v", got, c.want)
+			want := c.want
+			if want.GossipPort == 0 && want.DeadGrace == 0 {
+				want.GossipPort, want.DeadGrace, want.KeyRotation = defaultGossipPort, defaultDeadGrace, defaultKeyRotation
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
 		})
 	}
@@ -88,6 +104,9 @@ func TestServeConfigErrors(t *testing.T) {
 	}{
 		{"bad port in env", nil, map[string]string{"OVERLAY_VXLAN_PORT": "abc"}, []string{"OVERLAY_VXLAN_PORT", `"abc"`, "UDP port"}},
 		{"port 0 in env", nil, map[string]string{"OVERLAY_VXLAN_PORT": "0"}, []string{"OVERLAY_VXLAN_PORT"}},
+		{"secret without gossip", []string{"--gossip-port", "0", "--secret-file", "/s"}, nil, []string{"--secret-file", "gossip"}},
+		{"bad grace", nil, map[string]string{"OVERLAY_DEAD_GRACE": "soon"}, []string{"OVERLAY_DEAD_GRACE", "duration"}},
+		{"bad gossip port", []string{"--gossip-port", "70000"}, nil, []string{"gossip-port"}},
 		{"port too big in env", nil, map[string]string{"OVERLAY_VXLAN_PORT": "70000"}, []string{"OVERLAY_VXLAN_PORT"}},
 		{"bad level in env", nil, map[string]string{"OVERLAY_LOG_LEVEL": "loud"}, []string{"OVERLAY_LOG_LEVEL", "debug, info, warn or error"}},
 		{"bad address in env", nil, map[string]string{"OVERLAY_ADVERTISE_ADDR": "host.example"}, []string{"OVERLAY_ADVERTISE_ADDR", "IPv4 or IPv6"}},

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,24 +21,38 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
-// stubUnderlay is a host with one interface, 198.51.100.1, MTU 1500.
+// stubUnderlay is a host with one interface, stubVTEP, MTU 1500.
 type stubUnderlay struct{}
 
-func (stubUnderlay) DefaultAddr() (netip.Addr, error) {
-	return netip.MustParseAddr("198.51.100.1"), nil
-}
-func (stubUnderlay) MTU(netip.Addr) (int, error) { return 1500, nil }
+var stubVTEP = netip.MustParseAddr("198.51.100.1")
+
+func (stubUnderlay) DefaultAddr() (netip.Addr, error) { return stubVTEP, nil }
+func (stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
 
 // testLogger writes to the test log, so failures show the plugin's view.
+// memberlist's goroutines may outlive Shutdown by a moment: what they log
+// after the test is over is dropped.
 func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w := &tWriter{t: t}
+	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct {
+	t *testing.T
+	// mu guards done, and is held while logging so the test cannot end
+	// between the check and the write. Leaf lock.
+	mu   sync.Mutex
+	done bool
+}
 
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Helper()
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
 	return len(p), nil
 }
 
@@ -59,7 +74,7 @@ func newTestDriver(t *testing.T) testDriver {
 		t.Fatal(err)
 	}
 	k := fakekernel.New()
-	d, err := driver.New(driver.Config{Kernel: k, Underlay: stubUnderlay{}, VNIs: vnis, VXLANPort: 4789, Logger: testLogger(t)})
+	d, err := driver.New(driver.Config{Kernel: k, Underlay: stubUnderlay{}, VNIs: vnis, VXLANPort: 4789, AdvertiseAddr: stubVTEP, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

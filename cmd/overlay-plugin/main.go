@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/overlay-plugin/overlay-plugin/adminapi"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -23,6 +25,9 @@ commands:
   state      print the plugin's networks, endpoints and peers as JSON
   peer add   add a remote endpoint to a network
   peer del   remove a remote endpoint from a network
+  cluster    print the gossip members and statistics as JSON
+  encryption print the IPsec key generations, hosts and SAs as JSON
+  rotate-keys start a new IPsec key generation now
   version    print the version
 
 Run 'overlay-plugin <command> -h' for a command's flags. Every flag can also
@@ -50,6 +55,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return reportErr(stderr, runState(rest, getenv, stdout, stderr))
 	case "peer":
 		return reportErr(stderr, runPeer(rest, getenv, stdout, stderr))
+	case "cluster":
+		return reportErr(stderr, runInspect("cluster", "Print the gossip members and statistics as JSON.", (*adminapi.Client).Cluster, rest, getenv, stdout, stderr))
+	case "encryption":
+		return reportErr(stderr, runInspect("encryption", "Print the IPsec key generations, hosts and SAs as JSON.", (*adminapi.Client).Encryption, rest, getenv, stdout, stderr))
+	case "rotate-keys":
+		return reportErr(stderr, runRotate(rest, getenv, stdout, stderr))
 	case "version", "-version", "--version":
 		if len(rest) > 0 {
 			return reportErr(stderr, usagef("version takes no arguments"))

@@ -238,7 +238,7 @@ func TestPluginAPIBadInput(t *testing.T) {
 		{"AllocateNetwork VNI 5000", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "5000"}), "VNI 5000 is outside the allowed range 1-4095", 0},
 		{"AllocateNetwork VNI list", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "1,2"}), "give exactly one", 0},
 		{"AllocateNetwork VNI not a number", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "abc"}), "not a number", 0},
-		{"AllocateNetwork encrypted", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"encrypted": ""}), "cannot encrypt", 0},
+		{"AllocateNetwork encrypted", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"encrypted": ""}), "--secret-file", 0},
 		{"AllocateNetwork bad MTU", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"com.docker.network.driver.mtu": "100"}), "want an MTU between 1280 and 65535", 0},
 		{"AllocateNetwork VNI taken", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "256"}), "VNI 256 is already used by network alloc1", 0},
 		// ...and on a node.
@@ -246,7 +246,7 @@ func TestPluginAPIBadInput(t *testing.T) {
 		{"CreateNetwork unknown option", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400", "colour": "blue"}, "198.18.0.0/24"), `unknown network option "colour"`, 0},
 		{"CreateNetwork VNI 0", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "0"}, "198.18.0.0/24"), "a VNI is between 1 and 16777215", 0},
 		{"CreateNetwork VNI list", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "1,2"}, "198.18.0.0/24"), "give exactly one", 0},
-		{"CreateNetwork encrypted", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400", "encrypted": ""}, "198.18.0.0/24"), "cannot encrypt", 0},
+		{"CreateNetwork encrypted", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400", "encrypted": ""}, "198.18.0.0/24"), "--secret-file", 0},
 		{"CreateNetwork generic not an object", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{genericKey: "vxlanid_list=5"}}, "want an object of strings", 0},
 		{"CreateNetwork option not a string", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{genericKey: map[string]any{"vxlanid_list": 400}}}, "want a string", 0},
 		{"CreateNetwork bad pool", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400"}, "203.0.113.0"), `IPAM pool "203.0.113.0"`, 0},

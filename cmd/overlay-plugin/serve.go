@@ -15,12 +15,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/vishvananda/netns"
 	"go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
@@ -41,6 +43,13 @@ type serveDeps struct {
 	// closing their connections; driver calls already under way are always
 	// waited for.
 	httpGrace time.Duration
+	// advertiseWait is how long to wait for Docker to name this node's
+	// address before taking the default route's.
+	advertiseWait time.Duration
+	// newEncryption builds the xfrm and firewall side of encryption.
+	newEncryption func(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error)
+	// gossipTransport, if set, replaces memberlist's network transport.
+	gossipTransport memberlist.Transport
 }
 
 func defaultDeps() serveDeps {
@@ -59,9 +68,11 @@ func defaultDeps() serveDeps {
 			}
 			return u, u.Close, nil
 		},
-		readyWait: 25 * time.Second,
-		lockWait:  2 * time.Second,
-		httpGrace: 10 * time.Second,
+		readyWait:     25 * time.Second,
+		lockWait:      2 * time.Second,
+		httpGrace:     10 * time.Second,
+		advertiseWait: advertiseWait,
+		newEncryption: newNetlinkEncryption,
 	}
 }
 
@@ -138,7 +149,8 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		return stopServers(log, g, deps, fmt.Errorf("admin socket: %w", err), pluginSrv)
 	}
 	closers = append(closers, func() { removeSocket(log, cfg.AdminSocket) })
-	adminSrv := startServer(al, adminapi.NewServer(g, g.Ready, log), serverErrs, "admin API")
+	cps := &cpHolder{}
+	adminSrv := startServer(al, adminapi.NewServer(adminBackend{g, cps}, g.Ready, log), serverErrs, "admin API")
 	servers := []*http.Server{pluginSrv, adminSrv}
 
 	// 4. The driver, which removes what a previous run left in the kernel.
@@ -151,16 +163,55 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	g.setDriver(drv)
 	log.Info("overlay plugin ready")
 
+	// 5. The control plane, once this host's address is settled (Docker
+	// names it just after start). Joins wait for it meanwhile.
+	cpErr := make(chan error, 1)
+	go func() {
+		cp, err := startControlPlane(ctx, cfg, deps, drv, log)
+		if err == nil {
+			cps.p.Store(cp)
+		}
+		cpErr <- err
+	}()
+
+	var cpDone bool
 	select {
 	case <-ctx.Done():
-		log.Info("overlay plugin stopping", "cause", context.Cause(ctx))
-		retErr = stopServers(log, g, deps, nil, servers...)
 	case err := <-serverErrs:
-		retErr = stopServers(log, g, deps, err, servers...)
+		retErr = err
+	case err := <-cpErr:
+		cpDone = true
+		if err != nil {
+			retErr = fmt.Errorf("control plane: %w", err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case err := <-serverErrs:
+			retErr = err
+		}
+	}
+	if retErr == nil {
+		log.Info("overlay plugin stopping", "cause", context.Cause(ctx))
+	}
+	retErr = stopServers(log, g, deps, retErr, servers...)
+	if !cpDone {
+		// ctx is done or a server failed: a start still waiting for the
+		// address ends with ctx; one under way finishes first.
+		if err := <-cpErr; err != nil && !errors.Is(err, context.Canceled) {
+			log.Warn("control plane start", "err", err)
+		}
+	}
+	cp := cps.get()
+	if cp != nil {
+		cp.stopGossip(log)
 	}
 	if err := drv.Close(); err != nil {
 		log.Error("remove sandboxes", "err", err)
 		retErr = errors.Join(retErr, fmt.Errorf("remove sandboxes: %w", err))
+	}
+	if cp != nil {
+		cp.stopEncryption(log)
 	}
 	if retErr == nil {
 		log.Info("overlay plugin stopped")

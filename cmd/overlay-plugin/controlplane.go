@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/base64"
+
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/firewall"
+)
+
+// advertiseWait is how long the plugin waits for Docker to name this
+// node's address (DiscoverNew, Self) before taking the default route's.
+const advertiseWait = 10 * time.Second
+
+// controlPlane is the gossip cluster and, with a cluster secret, the IPsec
+// manager. Both start once this host's address is settled, which may be
+// after the driver serves.
+type controlPlane struct {
+	cluster *cluster.Cluster
+	enc     *encryption.Manager
+	stopRun context.CancelFunc
+	runDone chan struct{}
+	release func()
+}
+
+// cpHolder publishes the control plane to the admin API once it exists.
+type cpHolder struct{ p atomic.Pointer[controlPlane] }
+
+func (h *cpHolder) get() *controlPlane { return h.p.Load() }
+
+// readSecret reads the base64 32-byte cluster secret. The file should be
+// readable by root only; a looser mode is reported, not refused, since a
+// mounted secret's mode is not always ours to choose.
+func readSecret(path string, log *slog.Logger) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster secret: %w", err)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil || len(key) != encryption.SecretLen {
+		return nil, fmt.Errorf("cluster secret %s: want %d random bytes in base64 (make one with: head -c32 /dev/urandom | base64)", path, encryption.SecretLen)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("cluster secret file is readable by others than its owner", "path", path, "mode", fi.Mode().Perm())
+	}
+	return key, nil
+}
+
+// subkey derives an independent key for one use of the cluster secret, so
+// the gossip key and the IPsec salt never coincide.
+func subkey(secret []byte, use string) []byte {
+	k, err := hkdf.Key(sha256.New, secret, nil, "overlay-plugin "+use, 32)
+	if err != nil {
+		panic(err) // only for impossible lengths
+	}
+	return k
+}
+
+// keyPublisher carries the encryption manager's public keys to the
+// cluster's node data, which exists only after the manager (the manager
+// publishes its first keys as it starts).
+type keyPublisher struct {
+	// mu guards latest and c. Leaf lock, taken under the encryption mutex.
+	mu     sync.Mutex
+	latest []byte
+	c      *cluster.Cluster
+	log    *slog.Logger
+}
+
+func (p *keyPublisher) publish(keys []encryption.PublicKey) {
+	b, err := encryption.EncodePublicKeys(keys)
+	if err != nil {
+		p.log.Error("encode public keys", "err", err)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latest = b
+	if p.c != nil {
+		if err := p.c.SetNodeData(b); err != nil {
+			p.log.Error("publish public keys", "err", err)
+		}
+	}
+}
+
+func (p *keyPublisher) attach(c *cluster.Cluster) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.c = c
+	if p.latest != nil {
+		if err := c.SetNodeData(p.latest); err != nil {
+			p.log.Error("publish public keys", "err", err)
+		}
+	}
+}
+
+// keySchedule turns the rotation interval into a schedule: new keys are
+// published a tenth of the interval (at most a minute) ahead, and old ones
+// kept a fifth (at most two minutes) after.
+func keySchedule(interval time.Duration) encryption.Schedule {
+	return encryption.Schedule{Interval: interval, Lead: min(time.Minute, interval/10), Grace: min(2*time.Minute, interval/5)}
+}
+
+// startControlPlane settles this host's address and starts gossip and
+// encryption. Without a gossip port it only settles the address.
+func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv *driver.Driver, log *slog.Logger) (*controlPlane, error) {
+	addr := cfg.AdvertiseAddr
+	if !addr.IsValid() {
+		var err error
+		if addr, err = drv.AdvertiseAddr(ctx, deps.advertiseWait); err != nil {
+			return nil, err
+		}
+	}
+	drv.SetVTEP(addr)
+	log.Info("advertise address settled", "addr", addr)
+	if cfg.GossipPort == 0 {
+		log.Warn("running without the gossip control plane (--gossip-port 0): remote endpoints only through the admin API")
+		return &controlPlane{release: func() {}}, nil
+	}
+	var secret []byte
+	if cfg.SecretFile != "" {
+		var err error
+		if secret, err = readSecret(cfg.SecretFile, log); err != nil {
+			return nil, err
+		}
+	}
+	name := cfg.NodeName
+	if name == "" {
+		host, _ := os.Hostname()
+		name = host + "-" + addr.String()
+	}
+	cp := &controlPlane{release: func() {}}
+	var enc atomic.Pointer[encryption.Manager]
+	pub := &keyPublisher{log: log}
+	if secret != nil {
+		x, fw, release, err := deps.newEncryption(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("encryption: %w", err)
+		}
+		cp.release = release
+		cp.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: subkey(secret, "esp salt v1"),
+			Local: addr, Port: cfg.VXLANPort, Schedule: keySchedule(cfg.KeyRotation), Publish: pub.publish, Logger: log})
+		if err != nil {
+			release()
+			return nil, err
+		}
+		enc.Store(cp.enc)
+	}
+	var gossipKey []byte
+	if secret != nil {
+		gossipKey = subkey(secret, "gossip v1")
+	}
+	c, err := cluster.New(cluster.Config{
+		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
+		DeadGrace: cfg.DeadGrace, Transport: deps.gossipTransport, Sink: drv, Logger: log,
+		NodeData: func(vtep netip.Addr, data []byte) {
+			m := enc.Load()
+			if m == nil {
+				return
+			}
+			var keys []encryption.PublicKey
+			if data != nil {
+				var err error
+				if keys, err = encryption.DecodePublicKeys(data); err != nil {
+					log.Warn("unreadable public keys from a node", "vtep", vtep, "err", err)
+					return
+				}
+			}
+			if err := m.SetPeerKeys(vtep, keys); err != nil {
+				log.Warn("program IPsec for a node's keys", "vtep", vtep, "err", err)
+			}
+		},
+	})
+	if err != nil {
+		if cp.enc != nil {
+			cp.enc.Close()
+		}
+		cp.release()
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	cp.cluster = c
+	pub.attach(c)
+	if cp.enc != nil {
+		drv.SetEncryption(cp.enc)
+		runCtx, cancel := context.WithCancel(context.Background())
+		cp.stopRun, cp.runDone = cancel, make(chan struct{})
+		go func() {
+			defer close(cp.runDone)
+			cp.enc.Run(runCtx, time.Second)
+		}()
+	}
+	drv.SetControlPlane(c)
+	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", cp.enc != nil)
+	return cp, nil
+}
+
+// stopGossip stops deliveries into the driver; call before Driver.Close.
+func (cp *controlPlane) stopGossip(log *slog.Logger) {
+	if cp.cluster != nil {
+		if err := cp.cluster.Close(); err != nil {
+			log.Warn("stop gossip", "err", err)
+		}
+	}
+}
+
+// stopEncryption removes the IPsec state; call after Driver.Close.
+func (cp *controlPlane) stopEncryption(log *slog.Logger) {
+	if cp.enc != nil {
+		cp.stopRun()
+		<-cp.runDone
+		if err := cp.enc.Close(); err != nil {
+			log.Warn("remove IPsec state", "err", err)
+		}
+	}
+	cp.release()
+}
+
+// newNetlinkEncryption is the real xfrm and nftables side. A table left by
+// a previous run is removed first: it could drop traffic of VNIs that are
+// no longer encrypted.
+func newNetlinkEncryption(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
+	x, err := encryption.NewNetlinkXFRM(netns.None())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fw := firewall.New(nil, cfg.VXLANPort, encryption.Mark)
+	if err := fw.Close(); err != nil {
+		x.Close()
+		return nil, nil, nil, fmt.Errorf("remove a previous run's firewall table: %w", err)
+	}
+	return x, fw, func() { x.Close() }, nil
+}
+
+// adminBackend is the admin API's view: the driver through the guard,
+// plus the control plane once it runs.
+type adminBackend struct {
+	*guard
+	cp *cpHolder
+}
+
+var errNoGossip = fmt.Errorf("%w: the gossip control plane is not running (--gossip-port 0, or still starting)", driver.ErrNotFound)
+
+func (b adminBackend) Cluster() (any, error) {
+	cp := b.cp.get()
+	if cp == nil || cp.cluster == nil {
+		return nil, errNoGossip
+	}
+	return struct {
+		Members []cluster.Member `json:"members"`
+		Stats   cluster.Stats    `json:"stats"`
+	}{cp.cluster.Members(), cp.cluster.Stats()}, nil
+}
+
+var errNoEncryption = fmt.Errorf("%w: encryption is not running (no --secret-file, or still starting)", driver.ErrNotFound)
+
+func (b adminBackend) Encryption() (any, error) {
+	cp := b.cp.get()
+	if cp == nil || cp.enc == nil {
+		return nil, errNoEncryption
+	}
+	return cp.enc.Status(), nil
+}
+
+func (b adminBackend) RotateKeys() error {
+	cp := b.cp.get()
+	if cp == nil || cp.enc == nil {
+		return errNoEncryption
+	}
+	return cp.enc.Rotate()
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/adminapi"
+	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
+	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+)
+
+// memFirewall is an in-memory encryption.Firewall.
+type memFirewall struct {
+	// mu guards vnis. Leaf lock.
+	mu   sync.Mutex
+	vnis map[uint32]bool
+}
+
+func (f *memFirewall) EnableVNI(v uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.vnis[v] = true
+	return nil
+}
+func (f *memFirewall) DisableVNI(v uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.vnis, v)
+	return nil
+}
+func (f *memFirewall) Repair() error { return nil }
+
+// node is one in-process plugin with gossip on an in-memory network.
+type node struct {
+	*instance
+	addr netip.Addr
+	x    *encryption.FakeXFRM
+}
+
+func startNode(t *testing.T, net *memnet.Network, i int, secretFile string, join ...string) *node {
+	t.Helper()
+	addr := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
+	tr, err := net.NewTransport(netip.AddrPortFrom(addr, defaultGossipPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.AdvertiseAddr, cfg.GossipPort, cfg.Join, cfg.NodeName = addr, defaultGossipPort, join, addr.String()
+	cfg.SecretFile, cfg.DeadGrace, cfg.KeyRotation = secretFile, time.Minute, time.Hour
+	k := fakekernel.New()
+	deps := testDeps(k)
+	deps.gossipTransport = tr
+	x := encryption.NewFakeXFRM()
+	deps.newEncryption = func(serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
+		return x, &memFirewall{vnis: map[uint32]bool{}}, func() {}, nil
+	}
+	in := start(t, cfg, deps)
+	in.kernel = k
+	in.waitHealthy(t)
+	return &node{instance: in, addr: addr, x: x}
+}
+
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGossipWiresDriversTogether runs two plugins in-process, joined by
+// gossip on an in-memory network with a cluster secret, and checks that an
+// endpoint joined on one is programmed on the other, that encryption keys
+// are exchanged so each side's outbound SA exists at the other, and that a
+// leave is retracted.
+func TestGossipWiresDriversTogether(t *testing.T) {
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	if err := os.WriteFile(secretFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	net := memnet.New()
+	a := startNode(t, net, 1, secretFile)
+	b := startNode(t, net, 2, secretFile, "198.51.100.1")
+
+	admin := adminapi.NewClient(b.cfg.AdminSocket)
+	defer admin.Close()
+	eventually(t, "gossip membership", func() bool {
+		raw, err := admin.Cluster()
+		return err == nil && len(raw) > 0 && countAlive(raw) == 2
+	})
+
+	// The same network on both, as Docker creates it after AllocateNetwork.
+	ca, cb := unixClient(a.cfg.Socket), unixClient(b.cfg.Socket)
+	opts := map[string]string{"vxlanid_list": "300", "encrypted": ""}
+	post(t, ca, "http://a", "/NetworkDriver.CreateNetwork", createReq("net1", opts, "203.0.113.0/24")).ok(t, "create on a", nil)
+	post(t, cb, "http://b", "/NetworkDriver.CreateNetwork", createReq("net1", opts, "203.0.113.0/24")).ok(t, "create on b", nil)
+	post(t, ca, "http://a", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": "epa",
+		"Interface": map[string]any{"Address": "203.0.113.1/24"}}).ok(t, "endpoint on a", nil)
+	post(t, cb, "http://b", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": "epb",
+		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).ok(t, "endpoint on b", nil)
+	post(t, ca, "http://a", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": "epa", "SandboxKey": "/x"}).ok(t, "join on a", nil)
+	post(t, cb, "http://b", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": "epb", "SandboxKey": "/y"}).ok(t, "join on b", nil)
+
+	ipA, ipB := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.113.2")
+	eventually(t, "each endpoint programmed on the other host", func() bool {
+		sa, sb := a.kernel.Snapshot()["net1"], b.kernel.Snapshot()["net1"]
+		if sa == nil || sb == nil {
+			return false
+		}
+		_, okA := sa.Neighbors[ipB]
+		_, okB := sb.Neighbors[ipA]
+		return okA && okB
+	})
+	eventually(t, "keys exchanged: each outbound SA exists at the receiver", func() bool {
+		return pathReady(a, b) && pathReady(b, a)
+	})
+
+	post(t, cb, "http://b", "/NetworkDriver.Leave", map[string]any{"NetworkID": "net1", "EndpointID": "epb"}).ok(t, "leave on b", nil)
+	eventually(t, "leave retracted on a", func() bool {
+		_, ok := a.kernel.Snapshot()["net1"].Neighbors[ipB]
+		return !ok
+	})
+	eventually(t, "IPsec state towards b released on a", func() bool {
+		pols, _ := a.x.Policies()
+		return len(pols) == 0
+	})
+}
+
+func countAlive(raw []byte) int {
+	var v struct {
+		Members []struct {
+			State string `json:"state"`
+		} `json:"members"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return 0
+	}
+	n := 0
+	for _, m := range v.Members {
+		if m.State == "alive" {
+			n++
+		}
+	}
+	return n
+}
+
+// pathReady: from's policy to to names an SA that to holds with the same
+// key.
+func pathReady(from, to *node) bool {
+	pols, _ := from.x.Policies()
+	for _, p := range pols {
+		if p.Dst != to.addr || p.SPI == 0 {
+			continue
+		}
+		out, ok1 := from.x.Key(to.addr, p.SPI)
+		in, ok2 := to.x.Key(to.addr, p.SPI)
+		return ok1 && ok2 && string(in) == string(out)
+	}
+	return false
+}
