@@ -23,12 +23,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
+	"go.etcd.io/bbolt"
 )
 
 // Errors a caller can test with errors.Is; messages carry the detail.
@@ -52,6 +56,9 @@ type Config struct {
 	Underlay Underlay
 	// VNIs allocates VXLAN ids when this node is the swarm leader.
 	VNIs *vni.Allocator
+	// DB keeps the networks and endpoints across restarts; nil keeps
+	// nothing.
+	DB *bbolt.DB
 	// AdvertiseAddr is this host's VTEP address. When unset, the caller
 	// settles it later with SetVTEP (see AdvertiseAddr); until then joins
 	// wait for it.
@@ -86,6 +93,7 @@ type Driver struct {
 	vnis     *vni.Allocator
 	port     uint16
 	log      *slog.Logger
+	store    store
 	// enc is the encryption side, nil until SetEncryption (or without a
 	// cluster secret). Atomic: read under network locks.
 	enc atomic.Pointer[Encryption]
@@ -109,9 +117,12 @@ type Driver struct {
 	selfKnown  chan struct{}
 }
 
-// New returns a driver with no networks. It removes whatever a previous run
-// left in the kernel: Docker replays nothing to a restarted plugin, so old
-// sandboxes would only hold stale state.
+// New returns a driver with the networks and endpoints of the previous run
+// (see store.go). A sandbox that survived with joined endpoints of an
+// unencrypted network is adopted, so its containers keep their traffic
+// across a plugin restart; everything else a previous run left in the
+// kernel is removed. Encrypted networks' sandboxes never survive a stop
+// (see Close), and their endpoints come back unjoined.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Kernel == nil || cfg.Underlay == nil || cfg.VNIs == nil {
 		return nil, errors.New("driver: Kernel, Underlay and VNIs are required")
@@ -123,10 +134,8 @@ func New(cfg Config) (*Driver, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := cfg.Kernel.RemoveLeftovers(); err != nil {
-		return nil, fmt.Errorf("remove leftovers of a previous run: %w", err)
-	}
 	d := &Driver{
+		store:     store{cfg.DB},
 		kernel:    cfg.Kernel,
 		underlay:  cfg.Underlay,
 		vnis:      cfg.VNIs,
@@ -142,7 +151,78 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.AdvertiseAddr.IsValid() {
 		d.SetVTEP(cfg.AdvertiseAddr)
 	}
+	if err := d.store.init(); err != nil {
+		return nil, fmt.Errorf("state database: %w", err)
+	}
+	adopted, err := d.restore()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Kernel.RemoveLeftovers(func(name string) bool { return adopted[name] }); err != nil {
+		return nil, fmt.Errorf("remove leftovers of a previous run: %w", err)
+	}
 	return d, nil
+}
+
+// restore rebuilds the stored networks and returns the sandboxes adopted.
+// No other goroutine sees the driver yet.
+func (d *Driver) restore() (map[string]bool, error) {
+	nets, eps, errs := d.store.load()
+	for _, err := range errs {
+		d.log.Error("skipping unreadable state", "err", err)
+	}
+	present, err := d.kernel.Sandboxes()
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	adopted := map[string]bool{}
+	for _, r := range nets {
+		n := &network{id: r.ID, vni: r.VNI, subnets: r.Subnets, endpoints: map[string]*endpoint{},
+			opts: netOptions{vni: r.VNI, mtu: r.MTUOption, encrypted: r.Encrypted, flood: r.Flood},
+			fdb:  countmap.Map[kernel.FDBEntry]{}, vteps: countmap.Map[netip.Addr]{}}
+		joined := 0
+		for _, e := range eps[r.ID] {
+			if e.Joined {
+				joined++
+			}
+		}
+		adopt := joined > 0 && !r.Encrypted && r.SandboxMTU > 0 && slices.Contains(present, r.ID)
+		if adopt {
+			// A mount point whose namespace died with the previous run's
+			// mount namespace is listed too: adopt only a live one.
+			if _, err := d.kernel.Neighbors(r.ID); err != nil {
+				d.log.Info("sandbox of the previous run is gone", "network", r.ID, "err", err)
+				adopt = false
+			}
+		}
+		if adopt {
+			n.sandbox, n.mtu = r.ID, r.SandboxMTU
+			adopted[r.ID] = true
+		}
+		for _, e := range eps[r.ID] {
+			ep := &endpoint{id: e.ID, mac: e.MAC, addrs: e.Addrs, veth: e.Veth, joined: adopt && e.Joined}
+			n.endpoints[ep.id] = ep
+			if ep.joined {
+				n.joined++
+				if _, err := n.peers.Add(peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true}); err != nil {
+					d.log.Error("stored endpoint rejected by the peer db", "endpoint", ep.id, "err", err)
+				}
+			} else if e.Joined {
+				// Its sandbox is gone, and its container's interface with it.
+				if err := d.store.putEndpoint(n.id, ep); err != nil {
+					d.log.Warn("persist endpoint", "err", err)
+				}
+			}
+		}
+		if !adopt && r.SandboxMTU != 0 {
+			if err := d.store.putNetwork(n); err != nil {
+				d.log.Warn("persist network", "err", err)
+			}
+		}
+		d.networks[n.id] = n
+		d.log.Info("restored network", "network", n.id, "vni", n.vni, "endpoints", len(n.endpoints), "sandbox adopted", adopt)
+	}
+	return adopted, nil
 }
 
 // lockNetwork returns the network with the given id, locked, or nil. The
@@ -250,8 +330,11 @@ func (d *Driver) encryption() Encryption {
 	return nil
 }
 
-// Close tears down every sandbox, so a clean stop leaves nothing in the
-// kernel. Calls arriving meanwhile find no networks.
+// Close prepares a stop. Unencrypted networks keep their sandboxes, so
+// their containers' traffic flows on while the plugin restarts; encrypted
+// networks' sandboxes are removed, since their IPsec state goes with the
+// plugin and their traffic must never leave in clear. Calls arriving
+// meanwhile find no networks.
 func (d *Driver) Close() error {
 	var errs []error
 	for _, id := range d.networkIDs() {
@@ -259,8 +342,10 @@ func (d *Driver) Close() error {
 		if n == nil {
 			continue
 		}
-		if err := d.teardownSandbox(n); err != nil {
-			errs = append(errs, err)
+		if n.opts.encrypted {
+			if err := d.teardownSandbox(n); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		d.mu.Lock()
 		if d.networks[id] == n {

@@ -79,7 +79,11 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 			return nil, fmt.Errorf("%w: endpoint %s: address %s is in no subnet of network %s %v", ErrInvalid, req.EndpointID, a, n.id, n.subnets)
 		}
 	}
-	n.endpoints[req.EndpointID] = &endpoint{id: req.EndpointID, mac: mac, addrs: addrs}
+	ep := &endpoint{id: req.EndpointID, mac: mac, addrs: addrs}
+	if err := d.store.putEndpoint(n.id, ep); err != nil {
+		return nil, err
+	}
+	n.endpoints[ep.id] = ep
 	resp := &api.CreateEndpointResponse{}
 	if assigned {
 		// Docker rejects a response that repeats what it supplied.
@@ -99,6 +103,9 @@ func (d *Driver) DeleteEndpoint(req *api.DeleteEndpointRequest) error {
 		if err := d.leave(n, ep); err != nil {
 			return err
 		}
+	}
+	if err := d.store.deleteEndpoint(n.id, ep.id); err != nil {
+		d.log.Warn("forget stored endpoint", "endpoint", ep.id, "err", err)
 	}
 	delete(n.endpoints, ep.id)
 	return nil
@@ -154,6 +161,9 @@ func (d *Driver) Join(req *api.JoinRequest) (*api.JoinResponse, error) {
 	}
 	ep.veth, ep.joined = veth, true
 	n.joined++
+	if err := d.store.putEndpoint(n.id, ep); err != nil {
+		d.log.Warn("persist endpoint", "endpoint", ep.id, "err", err)
+	}
 	if cp := d.controlPlane(); cp != nil {
 		cp.Publish(n.id, peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true})
 	}
@@ -180,7 +190,9 @@ func (d *Driver) Leave(req *api.LeaveRequest) error {
 	}
 	defer n.mu.Unlock()
 	if !ep.joined {
-		return fmt.Errorf("%w: endpoint %s is not joined", ErrConflict, ep.id)
+		// Already left, or its sandbox went with a plugin restart: the
+		// outcome Docker asks for holds.
+		return nil
 	}
 	return d.leave(n, ep)
 }
@@ -196,6 +208,9 @@ func (d *Driver) leave(n *network, ep *endpoint) error {
 	}
 	ep.joined = false
 	n.joined--
+	if err := d.store.putEndpoint(n.id, ep); err != nil {
+		d.log.Warn("persist endpoint", "endpoint", ep.id, "err", err)
+	}
 	if err := d.apply(n, n.peers.Delete(ep.id)); err != nil {
 		d.log.Warn("program peers after leave", "network", n.id, "err", err)
 	}

@@ -141,7 +141,12 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		fdb:       countmap.Map[kernel.FDBEntry]{},
 		vteps:     countmap.Map[netip.Addr]{},
 	}
-	// n is complete before it is published, so nothing needs its lock yet.
+	// n is locked before it is published, so nobody sees it before it is
+	// stored, and a failed store takes it out again. Holding n.mu while
+	// waiting for an old instance's lock below cannot deadlock: nobody else
+	// can reach n before it is in the table.
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	for {
 		if old := d.lockNetwork(n.id); old != nil {
 			old.mu.Unlock()
@@ -163,6 +168,9 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		d.mu.Unlock()
 		break
 	}
+	if err := d.persistNewNetwork(n); err != nil {
+		return err
+	}
 	if cp := d.controlPlane(); cp != nil {
 		cp.NetworkAdded(n.id)
 	}
@@ -181,6 +189,9 @@ func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
 	if err := d.teardownSandbox(n); err != nil {
 		return err
 	}
+	if err := d.store.deleteNetwork(n.id); err != nil {
+		d.log.Warn("forget stored network", "network", n.id, "err", err)
+	}
 	d.mu.Lock()
 	// Still the instance we locked: lockNetwork guarantees it, and only a
 	// holder of n.mu removes n.
@@ -188,6 +199,22 @@ func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
 	d.mu.Unlock()
 	d.log.Info("deleted network", "network", n.id)
 	return nil
+}
+
+// persistNewNetwork stores a network just put in the table; on failure it
+// takes it out again, re-checking that the table still holds this
+// instance. Caller holds n.mu.
+func (d *Driver) persistNewNetwork(n *network) error {
+	err := d.store.putNetwork(n)
+	if err == nil {
+		return nil
+	}
+	d.mu.Lock()
+	if d.networks[n.id] == n {
+		delete(d.networks, n.id)
+	}
+	d.mu.Unlock()
+	return fmt.Errorf("network %s: %w", n.id, err)
 }
 
 // ensureSandbox builds the network's sandbox if it has none and programs
@@ -238,6 +265,9 @@ func (d *Driver) ensureSandbox(n *network) error {
 	n.sandbox, n.mtu = n.id, mtu
 	clear(n.fdb)
 	clear(n.vteps)
+	if err := d.store.putNetwork(n); err != nil {
+		d.log.Warn("persist network", "network", n.id, "err", err)
+	}
 	if cp := d.controlPlane(); cp != nil {
 		d.syncRemotePeers(n, cp.Snapshot(n.id))
 	}
@@ -269,6 +299,9 @@ func (d *Driver) teardownSandbox(n *network) error {
 			if cp != nil {
 				cp.Retract(n.id, ep.id)
 			}
+			if err := d.store.putEndpoint(n.id, ep); err != nil {
+				d.log.Warn("persist endpoint", "endpoint", ep.id, "err", err)
+			}
 		}
 	}
 	if n.opts.encrypted {
@@ -284,6 +317,9 @@ func (d *Driver) teardownSandbox(n *network) error {
 	n.sandbox, n.joined, n.mtu = "", 0, 0
 	clear(n.fdb)
 	clear(n.vteps)
+	if err := d.store.putNetwork(n); err != nil {
+		d.log.Warn("persist network", "network", n.id, "err", err)
+	}
 	d.log.Info("removed sandbox", "network", n.id)
 	return nil
 }

@@ -87,10 +87,11 @@ type Kernel interface {
 	// Sandboxes lists the sandboxes that exist, including ones left by a
 	// previous run.
 	Sandboxes() ([]string, error)
-	// RemoveLeftovers deletes every sandbox and every host-side VXLAN or
-	// veth device of ours that a previous run left behind. Called once at
-	// start, before any sandbox exists.
-	RemoveLeftovers() error
+	// RemoveLeftovers deletes every sandbox for which keep (if not nil)
+	// returns false, and every host-side VXLAN or veth device of ours that a
+	// previous run left behind. Called once at start, before any sandbox is
+	// created.
+	RemoveLeftovers(keep func(sandbox string) bool) error
 
 	// AddVeth creates the pair, enslaves the sandbox end to the bridge and
 	// brings it up; the host end is left down for Docker to move.

@@ -638,13 +638,16 @@ func (n *Netlink) Sandboxes() ([]string, error) {
 }
 
 // RemoveLeftovers implements Kernel.
-func (n *Netlink) RemoveLeftovers() error {
+func (n *Netlink) RemoveLeftovers(keep func(sandbox string) bool) error {
 	var errs []error
 	names, err := n.Sandboxes()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, name := range names {
+		if keep != nil && keep(name) {
+			continue
+		}
 		n.uncache(name)
 		if err := n.destroy(name, nil); err != nil {
 			errs = append(errs, fmt.Errorf("remove leftover sandbox %q: %w", name, err))

@@ -123,7 +123,7 @@ func newHost(t *testing.T) *host {
 		t.Fatalf("handle in host namespace: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := k.RemoveLeftovers(); err != nil {
+		if err := k.RemoveLeftovers(nil); err != nil {
 			t.Errorf("cleanup: RemoveLeftovers: %v", err)
 		}
 		k.Close()
@@ -310,7 +310,7 @@ func TestNewNetlinkDefaultsToCurrentNamespace(t *testing.T) {
 		t.Fatalf("NewNetlink: %v", err)
 	}
 	defer func() {
-		if err := k.RemoveLeftovers(); err != nil {
+		if err := k.RemoveLeftovers(nil); err != nil {
 			t.Error(err)
 		}
 		k.Close()
@@ -598,8 +598,16 @@ func TestRemoveLeftovers(t *testing.T) {
 	hst := newHost(t)
 	baseline := hostLinkNames(t, hst.h)
 
-	// A previous run's sandbox with a veth and entries.
+	// A previous run's sandbox with a veth and entries, and one the new
+	// instance adopts.
 	if err := hst.k.CreateSandbox(spec("old", 300, "198.51.100.1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := hst.k.CreateSandbox(spec("adopted", 302, "198.51.100.1")); err != nil {
+		t.Fatal(err)
+	}
+	adoptedFDB := kernel.FDBEntry{MAC: hwaddr.MAC{2, 0, 0, 0, 0, 9}, VTEP: netip.MustParseAddr("198.51.100.3")}
+	if err := hst.k.AddFDB("adopted", adoptedFDB); err != nil {
 		t.Fatal(err)
 	}
 	if err := hst.k.AddVeth("old", kernel.Veth{HostName: "ovh-old", SandboxName: "ovs-old", MTU: 1450}); err != nil {
@@ -635,13 +643,19 @@ func TestRemoveLeftovers(t *testing.T) {
 	}
 	defer k2.Close()
 	got, _ := k2.Sandboxes()
-	if !slices.Equal(got, []string{"half", "old"}) {
-		t.Errorf("Sandboxes() = %v, want [half old]", got)
+	if !slices.Equal(got, []string{"adopted", "half", "old"}) {
+		t.Errorf("Sandboxes() = %v, want [adopted half old]", got)
 	}
-	if err := k2.RemoveLeftovers(); err != nil {
+	if err := k2.RemoveLeftovers(func(name string) bool { return name == "adopted" }); err != nil {
 		t.Fatalf("RemoveLeftovers: %v", err)
 	}
-	hst.assertSandboxes(t)
+	hst.assertSandboxes(t, "adopted")
+	if fdb, err := k2.FDB("adopted"); err != nil || !slices.Contains(fdb, adoptedFDB) {
+		t.Errorf("adopted sandbox lost its state: %v %v", fdb, err)
+	}
+	if err := k2.DeleteSandbox("adopted"); err != nil {
+		t.Fatal(err)
+	}
 	want := slices.Concat(baseline, []string{"keep0", "keep1"})
 	slices.Sort(want)
 	if got := hostLinkNames(t, hst.h); !slices.Equal(got, want) {
@@ -658,7 +672,7 @@ func TestRemoveLeftovers(t *testing.T) {
 	if err := hst.k.AddFDB("old", kernel.FDBEntry{VTEP: netip.MustParseAddr("198.51.100.2")}); !errors.Is(err, kernel.ErrNotFound) {
 		t.Errorf("old instance on a removed sandbox: %v, want ErrNotFound", err)
 	}
-	if err := k2.RemoveLeftovers(); err != nil {
+	if err := k2.RemoveLeftovers(nil); err != nil {
 		t.Fatal(err)
 	}
 	hst.assertSandboxes(t)

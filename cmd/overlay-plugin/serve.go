@@ -50,6 +50,8 @@ type serveDeps struct {
 	newEncryption func(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error)
 	// gossipTransport, if set, replaces memberlist's network transport.
 	gossipTransport memberlist.Transport
+	// resyncEvery is the period of the kernel resync.
+	resyncEvery time.Duration
 }
 
 func defaultDeps() serveDeps {
@@ -73,6 +75,7 @@ func defaultDeps() serveDeps {
 		httpGrace:     10 * time.Second,
 		advertiseWait: advertiseWait,
 		newEncryption: newNetlinkEncryption,
+		resyncEvery:   30 * time.Second,
 	}
 }
 
@@ -174,6 +177,26 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		cpErr <- err
 	}()
 
+	// 6. Periodic resync of the kernel against the peer db: it removes
+	// what went while the plugin was down and repairs outside changes.
+	resyncCtx, stopResync := context.WithCancel(ctx)
+	resyncDone := make(chan struct{})
+	go func() {
+		defer close(resyncDone)
+		t := time.NewTicker(deps.resyncEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-resyncCtx.Done():
+				return
+			case <-t.C:
+				if _, _, err := drv.Resync(); err != nil {
+					log.Warn("resync", "err", err)
+				}
+			}
+		}
+	}()
+
 	var cpDone bool
 	select {
 	case <-ctx.Done():
@@ -202,6 +225,8 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 			log.Warn("control plane start", "err", err)
 		}
 	}
+	stopResync()
+	<-resyncDone
 	cp := cps.get()
 	if cp != nil {
 		cp.stopGossip(log)
@@ -244,7 +269,7 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 		release()
 		return nil, nil, err
 	}
-	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, AdvertiseAddr: cfg.AdvertiseAddr,
+	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
 		VXLANPort: cfg.VXLANPort, Logger: log})
 	if err != nil {
 		release()

@@ -185,12 +185,19 @@ func (k *Kernel) Sandboxes() ([]string, error) {
 	return names, nil
 }
 
-func (k *Kernel) RemoveLeftovers() error {
+func (k *Kernel) RemoveLeftovers(keep func(string) bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	clear(k.sandboxes)
-	clear(k.hostLinks)
-	clear(k.vnis)
+	for name, s := range k.sandboxes {
+		if keep != nil && keep(name) {
+			continue
+		}
+		for _, v := range s.Veths {
+			delete(k.hostLinks, v.HostName)
+		}
+		delete(k.vnis, s.Spec.VNI)
+		delete(k.sandboxes, name)
+	}
 	return nil
 }
 

@@ -1,0 +1,115 @@
+package driver
+
+import (
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	api "github.com/docker/go-plugins-helpers/network"
+	"go.etcd.io/bbolt"
+
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+)
+
+// TestRestartResumes stops a driver with joined endpoints and starts a new
+// one on the same state and kernel, as `docker plugin disable`/`enable`
+// does: the plain network's sandbox is adopted with its containers, the
+// encrypted one comes back unjoined, and Docker's later calls succeed.
+func TestRestartResumes(t *testing.T) {
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	k := fakekernel.New()
+	d := newTestDriverWith(t, k, localVTEP, db)
+	fe := newFakeEncryption()
+	d.SetEncryption(fe)
+	must(t, d.CreateNetwork(createNetReq("plain", 300)))
+	must(t, d.CreateNetwork(encryptedReq("secret", 301)))
+	must(t, d.CreateNetwork(createNetReq("idle", 302)))
+	for _, n := range []string{"plain", "secret"} {
+		_, err := d.CreateEndpoint(endpointReq(n, "e"+n, 1))
+		must(t, err)
+		_, err = d.Join(&api.JoinRequest{NetworkID: n, EndpointID: "e" + n})
+		must(t, err)
+	}
+	_, err = d.CreateEndpoint(endpointReq("plain", "e2", 2)) // created, never joined
+	must(t, err)
+	stale := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
+	must(t, d.AddPeer("plain", stale))
+	before := k.Snapshot()["plain"]
+	must(t, d.Close())
+	// A sandbox no stored network owns, as a crash might leave.
+	k.AddLeftover(kernel.SandboxSpec{Name: "orphan", VNI: 999})
+
+	d2 := newTestDriverWith(t, k, localVTEP, db)
+	d2.SetEncryption(fe)
+	st := map[string]NetworkState{}
+	for _, s := range d2.State() {
+		st[s.ID] = s
+	}
+	if len(st) != 3 {
+		t.Fatalf("restored %d networks, want 3", len(st))
+	}
+	plain := st["plain"]
+	if plain.Sandbox != "plain" || plain.MTU != before.Spec.MTU || len(plain.Endpoints) != 2 || !plain.Endpoints[1].Joined {
+		t.Fatalf("plain network not resumed: %+v", plain)
+	}
+	if s := st["secret"]; s.Sandbox != "" || s.Endpoints[0].Joined {
+		t.Fatalf("encrypted network resumed with a sandbox: %+v", s)
+	}
+	snap := k.Snapshot()
+	if snap["orphan"] != nil || snap["secret"] != nil || snap["plain"] == nil || len(snap["plain"].Veths) != 1 {
+		t.Fatalf("kernel after restart: %v", snap)
+	}
+	// The peer that went while the plugin was down is never re-announced:
+	// a resync removes it; one that is re-announced is kept.
+	_, removed, err := d2.Resync()
+	must(t, err)
+	if removed != 2 || len(k.Snapshot()["plain"].Neighbors) != 0 {
+		t.Fatalf("resync removed %d entries, kernel %v", removed, k.Snapshot()["plain"])
+	}
+	must(t, d2.AddPeer("plain", stale))
+	if added, removed, err := d2.Resync(); err != nil || added+removed != 0 {
+		t.Fatalf("resync of a consistent sandbox changed %d/%d entries: %v", added, removed, err)
+	}
+	// Docker's calls for the old containers succeed.
+	for _, n := range []string{"plain", "secret"} {
+		must(t, d2.Leave(&api.LeaveRequest{NetworkID: n, EndpointID: "e" + n}))
+		must(t, d2.DeleteEndpoint(&api.DeleteEndpointRequest{NetworkID: n, EndpointID: "e" + n}))
+	}
+	must(t, d2.DeleteEndpoint(&api.DeleteEndpointRequest{NetworkID: "plain", EndpointID: "e2"}))
+	for _, n := range []string{"plain", "secret", "idle"} {
+		must(t, d2.DeleteNetwork(&api.DeleteNetworkRequest{NetworkID: n}))
+	}
+	if len(k.Snapshot()) != 0 {
+		t.Fatalf("kernel not empty: %v", k.Snapshot())
+	}
+	// And nothing comes back after another restart.
+	d3 := newTestDriverWith(t, k, localVTEP, db)
+	if len(d3.State()) != 0 {
+		t.Fatalf("deleted networks restored: %+v", d3.State())
+	}
+}
+
+func TestResyncRepairsOutsideChanges(t *testing.T) {
+	d, k := newFake(t)
+	must(t, d.CreateNetwork(createNetReq("n1", 300)))
+	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
+	must(t, err)
+	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
+	must(t, err)
+	p := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
+	must(t, d.AddPeer("n1", p))
+	// Someone deletes our entry and adds one of theirs.
+	must(t, k.DeleteNeighbor("n1", p.IPs[0]))
+	must(t, k.SetNeighbor("n1", kernel.Neighbor{IP: netip.MustParseAddr("10.1.0.99"), MAC: p.MAC}))
+	added, removed, err := d.Resync()
+	must(t, err)
+	sb := k.Snapshot()["n1"]
+	if added != 1 || removed != 1 || len(sb.Neighbors) != 1 || sb.Neighbors[p.IPs[0]] != p.MAC {
+		t.Fatalf("resync: +%d -%d, neighbours %v", added, removed, sb.Neighbors)
+	}
+}

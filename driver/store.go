@@ -1,0 +1,148 @@
+package driver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+)
+
+// Docker replays nothing to a restarted plugin: after `docker plugin
+// disable`/`enable` or an upgrade, the containers it had joined are still
+// attached, and Docker's next calls about them are their Leave and
+// DeleteEndpoint. So the driver keeps its networks and endpoints in the
+// state database and resumes them at start, adopting the sandboxes that
+// survived (see New).
+
+var (
+	bucketNetworks  = []byte("driver.networks")
+	bucketEndpoints = []byte("driver.endpoints")
+)
+
+// netRecord is a network as stored.
+type netRecord struct {
+	ID        string         `json:"id"`
+	VNI       uint32         `json:"vni"`
+	MTUOption int            `json:"mtuOption,omitempty"`
+	Encrypted bool           `json:"encrypted,omitempty"`
+	Flood     bool           `json:"flood,omitempty"`
+	Subnets   []netip.Prefix `json:"subnets"`
+	// SandboxMTU is the MTU of the sandbox while it exists.
+	SandboxMTU int `json:"sandboxMTU,omitempty"`
+}
+
+// epRecord is an endpoint as stored.
+type epRecord struct {
+	Network string         `json:"network"`
+	ID      string         `json:"id"`
+	MAC     hwaddr.MAC     `json:"mac"`
+	Addrs   []netip.Prefix `json:"addrs"`
+	Joined  bool           `json:"joined,omitempty"`
+	Veth    kernel.Veth    `json:"veth"`
+}
+
+// store persists the driver's objects; a nil db persists nothing (tests).
+// bbolt serialises writers itself; callers hold the network's lock, so
+// each network's records change in the order its operations happen.
+type store struct{ db *bbolt.DB }
+
+func (s store) init() error {
+	if s.db == nil {
+		return nil
+	}
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bucketNetworks, bucketEndpoints} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (s store) put(bucket []byte, key string, v any) error {
+	if s.db == nil {
+		return nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	err = s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), data) })
+	if err != nil {
+		return fmt.Errorf("persist %s: %w", key, err)
+	}
+	return nil
+}
+
+func (s store) putNetwork(n *network) error {
+	return s.put(bucketNetworks, n.id, netRecord{ID: n.id, VNI: n.vni, MTUOption: n.opts.mtu, Encrypted: n.opts.encrypted,
+		Flood: n.opts.flood, Subnets: n.subnets, SandboxMTU: n.mtu})
+}
+
+func epKey(nid, eid string) string { return nid + "/" + eid }
+
+func (s store) putEndpoint(nid string, ep *endpoint) error {
+	return s.put(bucketEndpoints, epKey(nid, ep.id), epRecord{Network: nid, ID: ep.id, MAC: ep.mac, Addrs: ep.addrs,
+		Joined: ep.joined, Veth: ep.veth})
+}
+
+func (s store) deleteEndpoint(nid, eid string) error {
+	if s.db == nil {
+		return nil
+	}
+	return s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketEndpoints).Delete([]byte(epKey(nid, eid))) })
+}
+
+// deleteNetwork removes the network and its endpoints.
+func (s store) deleteNetwork(nid string) error {
+	if s.db == nil {
+		return nil
+	}
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketEndpoints).Cursor()
+		prefix := []byte(nid + "/")
+		for k, _ := c.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketNetworks).Delete([]byte(nid))
+	})
+}
+
+// load reads every network and its endpoints. A record that does not
+// decode is reported and skipped: one bad record must not stop the plugin.
+func (s store) load() ([]netRecord, map[string][]epRecord, []error) {
+	if s.db == nil {
+		return nil, nil, nil
+	}
+	var nets []netRecord
+	eps := map[string][]epRecord{}
+	var errs []error
+	_ = s.db.View(func(tx *bbolt.Tx) error {
+		_ = tx.Bucket(bucketNetworks).ForEach(func(k, v []byte) error {
+			var r netRecord
+			if err := json.Unmarshal(v, &r); err != nil || r.ID != string(k) {
+				errs = append(errs, fmt.Errorf("stored network %q is unreadable: %v", k, err))
+				return nil
+			}
+			nets = append(nets, r)
+			return nil
+		})
+		return tx.Bucket(bucketEndpoints).ForEach(func(k, v []byte) error {
+			var r epRecord
+			if err := json.Unmarshal(v, &r); err != nil || epKey(r.Network, r.ID) != string(k) {
+				errs = append(errs, fmt.Errorf("stored endpoint %q is unreadable: %v", k, err))
+				return nil
+			}
+			eps[r.Network] = append(eps[r.Network], r)
+			return nil
+		})
+	})
+	return nets, eps, errs
+}
