@@ -122,6 +122,9 @@ func NewNetlink(cfg NetlinkConfig) (*Netlink, error) {
 		}
 		defer hostNS.Close()
 	}
+	if err := writableProcSys(); err != nil {
+		return nil, fmt.Errorf("netlink kernel: %w", err)
+	}
 	h, err := newHandle(hostNS)
 	if err != nil {
 		return nil, fmt.Errorf("netlink kernel: open netlink socket in host namespace: %w", err)
@@ -392,6 +395,22 @@ func newNamespace(path string) error {
 // (the bridge and VXLAN device need none, and this keeps router
 // solicitations and MLD reports from being flooded to every VTEP).
 // A kernel without IPv6 is left alone.
+// writableProcSys makes /proc/sys writable for the sandboxes' sysctls.
+// Docker mounts it read-only in a managed plugin's container; the plugin
+// has its own mount namespace and CAP_SYS_ADMIN, so remounting it there
+// changes nothing for the host.
+func writableProcSys() error {
+	const path = "/proc/sys"
+	err := unix.Access(path+"/net/ipv6/conf/default/disable_ipv6", unix.W_OK)
+	if !errors.Is(err, unix.EROFS) {
+		return nil
+	}
+	if err := unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("%s is read-only and cannot be remounted writable (the sandboxes need their sysctls): %w", path, err)
+	}
+	return nil
+}
+
 func tuneNamespace() error {
 	if _, err := os.Stat("/proc/sys/net/ipv6/conf/default"); errors.Is(err, fs.ErrNotExist) {
 		return nil

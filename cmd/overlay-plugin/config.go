@@ -48,6 +48,9 @@ type serveConfig struct {
 	SecretFile  string
 	DeadGrace   time.Duration
 	KeyRotation time.Duration
+	// DockerSocket, if set, is the Docker engine's API socket, asked for
+	// the swarm's node addresses as gossip hints.
+	DockerSocket string
 }
 
 // usageError is a bad command line or environment: exit status 2.
@@ -275,6 +278,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.stringVar(&cfg.SecretFile, "secret-file", "OVERLAY_SECRET_FILE", "", "file holding the base64 32-byte cluster secret: authenticates and encrypts gossip, needed for encrypted networks")
 	f.value(durationValue{&cfg.DeadGrace}, "dead-grace", "OVERLAY_DEAD_GRACE", "how long a failed node's endpoints are kept elsewhere (`duration`)")
 	f.value(durationValue{&cfg.KeyRotation}, "key-rotation", "OVERLAY_KEY_ROTATION", "interval between IPsec key generations (`duration`)")
+	f.stringVar(&cfg.DockerSocket, "docker-socket", "OVERLAY_DOCKER_SOCKET", "", "Docker engine API socket, asked for the swarm's nodes so gossip needs no --join")
 	if err := f.parse(args, getenv); err != nil {
 		return cfg, err
 	}

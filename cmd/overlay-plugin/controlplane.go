@@ -33,8 +33,10 @@ const advertiseWait = 10 * time.Second
 type controlPlane struct {
 	cluster *cluster.Cluster
 	enc     *encryption.Manager
+	// stopRun ends the goroutines below (the key schedule, Docker hints);
+	// runs counts them.
 	stopRun context.CancelFunc
-	runDone chan struct{}
+	runs    sync.WaitGroup
 	release func()
 }
 
@@ -130,7 +132,7 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	log.Info("advertise address settled", "addr", addr)
 	if cfg.GossipPort == 0 {
 		log.Warn("running without the gossip control plane (--gossip-port 0): remote endpoints only through the admin API")
-		return &controlPlane{release: func() {}}, nil
+		return &controlPlane{release: func() {}, stopRun: func() {}}, nil
 	}
 	var secret []byte
 	if cfg.SecretFile != "" {
@@ -144,7 +146,7 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 		host, _ := os.Hostname()
 		name = host + "-" + addr.String()
 	}
-	cp := &controlPlane{release: func() {}}
+	cp := &controlPlane{release: func() {}, stopRun: func() {}}
 	var enc atomic.Pointer[encryption.Manager]
 	pub := &keyPublisher{log: log}
 	if secret != nil {
@@ -195,14 +197,14 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	}
 	cp.cluster = c
 	pub.attach(c)
+	runCtx, cancel := context.WithCancel(context.Background())
+	cp.stopRun = cancel
 	if cp.enc != nil {
 		drv.SetEncryption(cp.enc)
-		runCtx, cancel := context.WithCancel(context.Background())
-		cp.stopRun, cp.runDone = cancel, make(chan struct{})
-		go func() {
-			defer close(cp.runDone)
-			cp.enc.Run(runCtx, time.Second)
-		}()
+		cp.runs.Go(func() { cp.enc.Run(runCtx, time.Second) })
+	}
+	if cfg.DockerSocket != "" {
+		cp.runs.Go(func() { hintFromDocker(runCtx, cfg.DockerSocket, 30*time.Second, c.NodeHint, log) })
 	}
 	drv.SetControlPlane(c)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", cp.enc != nil)
@@ -211,6 +213,8 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 
 // stopGossip stops deliveries into the driver; call before Driver.Close.
 func (cp *controlPlane) stopGossip(log *slog.Logger) {
+	cp.stopRun()
+	cp.runs.Wait()
 	if cp.cluster != nil {
 		if err := cp.cluster.Close(); err != nil {
 			log.Warn("stop gossip", "err", err)
@@ -221,8 +225,6 @@ func (cp *controlPlane) stopGossip(log *slog.Logger) {
 // stopEncryption removes the IPsec state; call after Driver.Close.
 func (cp *controlPlane) stopEncryption(log *slog.Logger) {
 	if cp.enc != nil {
-		cp.stopRun()
-		<-cp.runDone
 		if err := cp.enc.Close(); err != nil {
 			log.Warn("remove IPsec state", "err", err)
 		}
