@@ -7,7 +7,7 @@ BIN     := bin/overlay-plugin
 # Static, reproducible-path binary: the managed plugin's rootfs has no libc.
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-unit test-vm vm-smoke vet clean
+.PHONY: all build test test-unit test-vm vm-smoke plugin plugin-install e2e-docker vet clean
 
 all: build
 
@@ -33,6 +33,21 @@ test-vm: build
 
 vm-smoke:
 	scripts/vm/run.sh scripts/vm/smoke.sh
+
+# The Docker managed plugin: build/plugin (config.json + rootfs), no image
+# registry involved; plugin-install creates and enables it in the local
+# engine (PLUGIN_NAME, and PLUGIN_SETTINGS="K=V ..." for docker plugin set).
+PLUGIN_NAME ?= overlay-plugin
+plugin: build
+	bash plugin/build.sh build/plugin
+
+plugin-install: plugin
+	bash plugin/install.sh $(PLUGIN_NAME)
+
+# A real Docker engine and a two-node swarm, each dockerd in its own
+# network namespace (root; installs docker.io from Debian if missing).
+e2e-docker:
+	bash scripts/e2e-docker.sh
 
 vet:
 	$(GO) vet ./...

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# plugin/install.sh NAME [DOCKER_HOST]
+#
+# (Re)installs the plugin directory built by plugin/build.sh on one daemon:
+#   docker plugin rm -f NAME; docker plugin create NAME DIR;
+#   docker plugin set NAME $PLUGIN_SETTINGS; docker plugin enable NAME
+#
+# Environment:
+#   PLUGIN_DIR       plugin directory (default build/plugin)
+#   PLUGIN_SETTINGS  space-separated K=V given to `docker plugin set`, e.g.
+#                    "OVERLAY_LOG_LEVEL=debug state.source=/srv/overlay"
+#                    (env names, or <mount>.source for the 'state' and
+#                    'secrets' mounts)
+#   DOCKER           docker CLI to use (default: docker)
+#   PLUGIN_ENABLE_TIMEOUT  seconds for `docker plugin enable` (default 30)
+#
+# With no DOCKER_HOST (a local daemon), the host directories the plugin
+# mounts are created if missing: /var/lib/overlay-plugin (state) and
+# /etc/overlay-plugin (mode 0700), and the cluster secret file is checked:
+# /etc/overlay-plugin/secret, base64 of 32 random bytes, the SAME on every node
+# (the plugin stops at start-up without it unless OVERLAY_SECRET_FILE= is set
+# empty). On a remote daemon they must already exist.
+set -euo pipefail
+
+name=${1:?usage: plugin/install.sh NAME [DOCKER_HOST]}
+[[ -n ${2:-} ]] && export DOCKER_HOST=$2
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dir=${PLUGIN_DIR:-$root/build/plugin}
+read -ra docker <<<"${DOCKER:-docker}"
+
+log() { printf '%s [plugin/install %s] %s\n' "$(date -u +%H:%M:%S)" "$name" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[[ -f $dir/config.json && -x $dir/rootfs/overlay-plugin ]] || die "$dir is not a plugin directory (run plugin/build.sh)"
+
+read -ra settings <<<"${PLUGIN_SETTINGS:-}"
+if [[ -z ${DOCKER_HOST:-} && " ${docker[*]} " != *" -H "* && " ${docker[*]} " != *" --host"* ]]; then
+	src_state=/var/lib/overlay-plugin src_secrets=/etc/overlay-plugin
+	for s in "${settings[@]}"; do
+		case $s in
+		state.source=*) src_state=${s#*=} ;;
+		secrets.source=*) src_secrets=${s#*=} ;;
+		esac
+	done
+	mkdir -p "$src_state"
+	mkdir -p -m 0700 "$src_secrets"
+	# The plugin stops at start-up when its secret file is missing: say so now.
+	secret_file=/etc/overlay-plugin/secret
+	for s in "${settings[@]}"; do [[ $s == OVERLAY_SECRET_FILE=* ]] && secret_file=${s#*=}; done
+	if [[ $secret_file == /etc/overlay-plugin/* && ! -s $src_secrets/${secret_file#/etc/overlay-plugin/} ]]; then
+		die "no cluster secret at $src_secrets/${secret_file#/etc/overlay-plugin/}: create it once and copy it to every node
+    (umask 077; head -c 32 /dev/urandom | base64 >$src_secrets/${secret_file#/etc/overlay-plugin/})
+or run without one (unauthenticated gossip, no encrypted networks): PLUGIN_SETTINGS=\"OVERLAY_SECRET_FILE=\""
+	fi
+fi
+
+if "${docker[@]}" plugin inspect "$name" >/dev/null 2>&1; then
+	log "removing the installed plugin"
+	"${docker[@]}" plugin rm -f "$name" >/dev/null
+fi
+log "docker plugin create $name $dir"
+"${docker[@]}" plugin create "$name" "$dir" >/dev/null
+if ((${#settings[@]})); then
+	log "docker plugin set $name ${settings[*]}"
+	"${docker[@]}" plugin set "$name" "${settings[@]}"
+fi
+log "docker plugin enable $name"
+"${docker[@]}" plugin enable --timeout "${PLUGIN_ENABLE_TIMEOUT:-30}" "$name" >/dev/null
+"${docker[@]}" plugin ls --filter "enabled=true" --format '{{.Name}} {{.Enabled}}' | grep -q "^$name" \
+	|| die "plugin $name is not enabled"
+log "enabled"

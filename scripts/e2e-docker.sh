@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# scripts/e2e-docker.sh: end-to-end test of the plugin with real Docker on this
+# machine. Run as root on Debian 12: bash scripts/e2e-docker.sh
+#
+# It installs what it needs from Debian (docker.io, containerd, runc, iptables,
+# busybox-static, iproute2), builds the plugin (make build, else go build) and
+# its directory (plugin/build.sh), starts a 2-node swarm with one dockerd per
+# network namespace (scripts/e2e/lib.sh), proves the harness with Docker's own
+# overlay, installs the plugin on every node (plugin/install.sh) and runs the
+# checks of scripts/e2e/checks.sh. It prints PASS/FAIL per check and ends with
+#   e2e: N passed, M failed
+# exits non-zero on any failure, and always cleans up (namespaces, daemons,
+# mounts, temporary files). Nothing is added to the root network namespace.
+#
+# Environment: E2E_NODES (2), E2E_CHECKS (subset of check functions),
+# E2E_PLUGIN (plugin name, overlay:e2e), E2E_EXPECT_ESP (auto-detected),
+# E2E_KEEP_TMP=1 (keep logs), E2E_SKIP_BUILD=1 (use build/plugin as is),
+# E2E_PLUGIN_SETTINGS (extra `docker plugin set` K=V).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[[ -n ${E2E_EXPECT_ESP:-} ]] && E2E_EXPECT_ESP_SET=1
+# shellcheck source=scripts/e2e/lib.sh
+source "$here/e2e/lib.sh"
+# shellcheck source=scripts/e2e/checks.sh
+source "$here/e2e/checks.sh"
+
+: "${E2E_PLUGIN:=overlay:e2e}"
+[[ -d /usr/local/go/bin ]] && PATH=$PATH:/usr/local/go/bin
+
+trap e2e_cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+T0=$SECONDS
+phase() { log "==== $* (t=$((SECONDS - T0))s)"; }
+
+# e2e_on_fail CHECK: the plugin's and the daemons' recent lines, and the
+# plugin's own view of its state (admin socket in the host-mounted state dir).
+e2e_on_fail() {
+	local i dir
+	for ((i = 0; i < E2E_NODES; i++)); do
+		dir=$(e2e_node_dir "$i")
+		log "---- $(e2e_node_name "$i"): last plugin log lines ----"
+		e2e_plugin_log "$i" 40 | sed 's/^/    | /' >&2
+		log "---- $(e2e_node_name "$i"): last dockerd errors/warnings ----"
+		grep -vE 'plugin=[0-9a-f]{64}' "$dir/dockerd.log" | grep -E 'level=(error|warning)' | tail -n 15 | sed 's/^/    | /' >&2
+		if [[ -S $dir/pstate/admin.sock && -x $E2E_ROOT/bin/overlay-plugin ]]; then
+			log "---- $(e2e_node_name "$i"): overlay-plugin state ----"
+			timeout 5 "$E2E_ROOT/bin/overlay-plugin" state --state-dir "$dir/pstate" 2>&1 | head -60 | sed 's/^/    | /' >&2
+		fi
+	done
+}
+E2E_ON_FAIL=e2e_on_fail
+
+# e2e_node_log I: node I's dockerd log (the plugin's stderr is in it).
+e2e_node_log() { cat "$(e2e_node_dir "$1")/dockerd.log"; }
+E2E_NODE_LOG=e2e_node_log
+
+# e2e_kernel_has_esp: can an ESP SA with AES-GCM be installed? (tried in a
+# namespace of this run, never in the root one)
+e2e_kernel_has_esp() {
+	ip -n "$E2E_PREFIX-sw" xfrm state add src 198.51.100.1 dst 198.51.100.2 proto esp spi 0x100 reqid 1 \
+		mode transport aead 'rfc4106(gcm(aes))' 0x0102030405060708090a0b0c0d0e0f1011121314 64 >/dev/null 2>&1 || return 1
+	ip -n "$E2E_PREFIX-sw" xfrm state flush
+}
+
+# e2e_build_plugin: bin/overlay-plugin (make build when the Makefile has it)
+# and build/plugin.
+e2e_build_plugin() {
+	if [[ ${E2E_SKIP_BUILD:-0} == 1 && -f $E2E_ROOT/build/plugin/config.json ]]; then
+		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin as is"
+		return 0
+	fi
+	if [[ -f $E2E_ROOT/Makefile ]] && make -C "$E2E_ROOT" -n build >/dev/null 2>&1; then
+		log "make build"
+		make -C "$E2E_ROOT" build >&2 || return 1
+	else
+		command -v go >/dev/null || { log "no Makefile build target and no go: cannot build the plugin"; return 1; }
+		log "no make build target yet: CGO_ENABLED=0 go build -o bin/overlay-plugin ./cmd/overlay-plugin"
+		(cd "$E2E_ROOT" && CGO_ENABLED=0 go build -trimpath -o bin/overlay-plugin ./cmd/overlay-plugin) >&2 || return 1
+	fi
+	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin"
+}
+
+# e2e_check_clean: after cleanup, nothing of this run may be left.
+e2e_check_clean() {
+	local left=() i
+	for ((i = 0; i < ${#_E2E_NETNS[@]}; i++)); do
+		ip netns list | grep -qw -- "${_E2E_NETNS[i]}" && left+=("netns ${_E2E_NETNS[i]}")
+	done
+	for i in "${E2E_DOCKERD_PIDS[@]}"; do kill -0 "$i" 2>/dev/null && left+=("dockerd pid $i"); done
+	findmnt -rn -o TARGET | grep -qF "$E2E_TMP" && left+=("mounts under $E2E_TMP")
+	[[ -e $E2E_TMP ]] && [[ -z ${E2E_KEEP_TMP:-} ]] && left+=("$E2E_TMP")
+	((${#left[@]} == 0)) || { printf 'left behind: %s\n' "${left[*]}" >&2; return 1; }
+}
+
+main() {
+	phase "setup: packages, namespaces, dockerd x$E2E_NODES, swarm, image"
+	e2e_setup
+	phase "harness self-test with Docker's built-in overlay"
+	e2e_run_check builtin_overlay check_builtin_overlay "${E2E_DOCKER[@]}"
+
+	phase "plugin: build and install as $E2E_PLUGIN"
+	local installed=1
+	if ! e2e_build_plugin; then
+		installed=0
+	elif log "installing build/plugin"
+		! e2e_install_plugin "$E2E_PLUGIN"; then
+		installed=0
+		e2e_dump_logs 20
+	fi
+	if ((installed)); then
+		local i
+		for ((i = 0; i < E2E_NODES; i++)); do
+			log "$(e2e_node_name "$i"): $(e2e_dk "$i" plugin ls --format '{{.Name}} enabled={{.Enabled}}')"
+		done
+	else
+		E2E_FAILED=$((E2E_FAILED + 1))
+		E2E_RESULTS+=("FAIL: plugin_install: the plugin could not be built or enabled (see the log above)")
+		echo "${E2E_RESULTS[-1]}"
+	fi
+	if [[ -z ${E2E_EXPECT_ESP_SET:-} ]]; then
+		if e2e_kernel_has_esp; then E2E_EXPECT_ESP=1; else E2E_EXPECT_ESP=0; fi
+	fi
+	log "kernel ESP support: $( ((E2E_EXPECT_ESP)) && echo yes || echo no) (E2E_EXPECT_ESP=$E2E_EXPECT_ESP)"
+
+	phase "plugin checks"
+	e2e_plugin_checks "${E2E_DOCKER[@]}"
+
+	phase "cleanup"
+	e2e_cleanup
+	if e2e_check_clean; then
+		E2E_PASSED=$((E2E_PASSED + 1)); E2E_RESULTS+=("PASS: harness_cleanup")
+	else
+		E2E_FAILED=$((E2E_FAILED + 1)); E2E_RESULTS+=("FAIL: harness_cleanup: something was left behind")
+	fi
+	log "total time $((SECONDS - T0))s"
+	e2e_summary
+}
+
+main "$@"

@@ -1,0 +1,653 @@
+# shellcheck shell=bash
+# scripts/e2e/checks.sh: the end-to-end checks, shared by scripts/e2e-docker.sh
+# (a swarm in network namespaces on one machine) and the Vagrantfile (three
+# Debian VMs). Source it; it runs nothing by itself.
+#
+# Every check is a function taking the docker CLI invocation of each node, in
+# order, manager first (each a string that is word-split, e.g.
+# "docker -H unix:///run/n1.sock" or "docker -H ssh://root@node2"):
+#
+#   check_builtin_overlay  harness self-test: Docker's own overlay, global dnsrr service
+#   check_plugin_service   (a) plugin network, global dnsrr service, by address and tasks.<svc>
+#   check_plugin_attachable (b) --attachable plugin network used by docker run on every node
+#   check_plugin_encrypted (c) --opt encrypted: a clear error without ESP, ESP traffic with it
+#   check_coexistence      (d) Docker's overlay and a plugin network side by side
+#   check_teardown         (e) scale up/down, service rm, network rm leave nothing behind
+#   check_disable_enable   (f) docker plugin disable -f / enable with tasks running
+#
+# Settings (environment):
+#   E2E_PLUGIN       plugin (driver) name, e.g. overlay:e2e            (required for plugin checks)
+#   E2E_IMAGE        busybox image present on every node               (default local/busybox:1)
+#   E2E_HOSTX        bash array: E2E_HOSTX[i] runs a command on node i's host
+#                    (root), e.g. "nsenter -t PID -m -n -u --" or "ssh root@node2";
+#                    needed by (c) with ESP and (e)
+#   E2E_EXPECT_ESP   1: the kernel has ESP and encrypted networks must work;
+#                    0: they must fail with an error naming the missing support
+#   E2E_TASK_TIMEOUT seconds to wait for tasks (default 90)
+#   E2E_ON_FAIL      name of a function called after a failed check (log dumps)
+#   E2E_NODE_LOG     name of a function printing node i's dockerd log (with the
+#                    plugin's lines): an encrypted network refused by
+#                    AllocateNetwork shows only there (swarm allocates
+#                    asynchronously: `docker network create` succeeds, tasks stay New)
+#
+# Results: e2e_run_check prints "PASS: name (Ns)" or "FAIL: name (Ns): reason";
+# e2e_summary prints "e2e: N passed, M failed" and returns non-zero on failure.
+#
+# Name resolution: the image's busybox `nslookup NAME 127.0.0.11` asks Docker's
+# embedded DNS directly and lists every address; checks resolve tasks.<svc> that
+# way and connect by address. `wget http://tasks.<svc>:8080/` is tried too: it
+# works with Debian 12's busybox-static here, but FIELD-NOTES saw busybox wget
+# segfault on name lookups, so a crash of that extra probe is reported, not failed.
+
+: "${E2E_IMAGE:=local/busybox:1}"
+: "${E2E_TASK_TIMEOUT:=90}"
+: "${E2E_EXPECT_ESP:=0}"
+: "${E2E_PLUGIN:=}"
+E2E_PASSED=${E2E_PASSED:-0}
+E2E_FAILED=${E2E_FAILED:-0}
+E2E_RESULTS=()
+declare -p E2E_HOSTX >/dev/null 2>&1 || E2E_HOSTX=()
+
+# Docker's VNIs start at 4096; the plugin's are 256..4095.
+CK_VNI_MIN=256 CK_VNI_MAX=4095
+CK_PORT=8080
+CK_ESP_RE='ESP|esp4|GCM|gcm|rfc4106|xfrm|IPsec|ipsec'
+
+# ------------------------------------------------------------------ helpers
+
+ck_ts() { date -u +%H:%M:%S.%3N; }
+ck_log() { printf '%s [check %s] %s\n' "$(ck_ts)" "${CK_NAME:-?}" "$*" >&2; }
+
+# ck_fail MSG: record why the check fails; returns 1.
+ck_fail() {
+	ck_log "FAIL: $*"
+	[[ -n ${CK_REASON_FILE:-} ]] && printf '%s\n' "$*" >>"$CK_REASON_FILE"
+	return 1
+}
+
+# ck_nodes CLI...: the nodes of the running check.
+ck_nodes() { CK_D=("$@"); CK_N=${#CK_D[@]}; }
+
+# ck_dk I ARGS...: docker on node I (0-based).
+ck_dk() {
+	local i=$1; shift
+	local -a c
+	read -ra c <<<"${CK_D[$i]}"
+	"${c[@]}" "$@"
+}
+
+# ck_hx I CMD...: CMD on node I's host; fails when E2E_HOSTX[I] is unset.
+ck_hx() {
+	local i=$1; shift
+	[[ -n ${E2E_HOSTX[$i]:-} ]] || { ck_log "no E2E_HOSTX[$i]: cannot inspect node $i's host"; return 125; }
+	local -a c
+	read -ra c <<<"${E2E_HOSTX[$i]}"
+	"${c[@]}" "$@"
+}
+
+ck_have_hostx() {
+	local i
+	for ((i = 0; i < CK_N; i++)); do [[ -n ${E2E_HOSTX[$i]:-} ]] || return 1; done
+}
+
+# ck_retry SECONDS CMD...: run CMD until it succeeds (output of the last try).
+ck_retry() {
+	local limit=$1; shift
+	local end=$((SECONDS + limit)) out rc
+	while :; do
+		out=$("$@" 2>&1) && rc=0 || rc=$?
+		if ((rc == 0)) || ((SECONDS >= end)); then
+			printf '%s' "$out"
+			return "$rc"
+		fi
+		sleep 1
+	done
+}
+
+# Resources a check creates are removed when its subshell exits.
+CK_SERVICES=() CK_NETWORKS=() CK_CONTAINERS=()
+ck_teardown() {
+	local s n c i
+	for s in "${CK_SERVICES[@]}"; do ck_dk 0 service rm "$s" >/dev/null 2>&1; done
+	for c in "${CK_CONTAINERS[@]}"; do ck_dk "${c%%:*}" rm -f "${c#*:}" >/dev/null 2>&1; done
+	if ((${#CK_SERVICES[@]})); then
+		for s in "${CK_SERVICES[@]}"; do
+			for ((i = 0; i < 60; i++)); do
+				[[ -z $(ck_all_task_containers "$s") ]] && break
+				sleep 0.5
+			done
+		done
+	fi
+	for n in "${CK_NETWORKS[@]}"; do
+		for ((i = 0; i < 20; i++)); do
+			ck_dk 0 network rm "$n" >/dev/null 2>&1 && break
+			ck_dk 0 network inspect "$n" >/dev/null 2>&1 || break
+			sleep 1
+		done
+	done
+}
+
+# ck_all_task_containers SVC: "node:cid" of SVC's containers on all nodes.
+ck_all_task_containers() {
+	local i
+	for ((i = 0; i < CK_N; i++)); do
+		ck_dk "$i" ps -aq -f "label=com.docker.swarm.service.name=$1" 2>/dev/null | sed "s/^/$i:/"
+	done
+}
+
+# ck_network NAME DRIVER [ARGS...]: docker network create on the manager.
+ck_network() {
+	local name=$1 driver=$2; shift 2
+	local out
+	out=$(ck_dk 0 network create -d "$driver" --scope swarm "$@" "$name" 2>&1) || {
+		ck_log "network create $name failed: $out"
+		CK_LAST_ERROR=$out
+		return 1
+	}
+	CK_NETWORKS+=("$name")
+	ck_log "network $name ($driver $*) = ${out:0:12}"
+}
+
+# ck_web_service NAME [service create args...]: a dnsrr service whose tasks
+# serve their node's host name over HTTP on $CK_PORT.
+ck_web_service() {
+	local name=$1; shift
+	CK_SERVICES+=("$name")
+	local out
+	out=$(ck_dk 0 service create -d --name "$name" --no-resolve-image --endpoint-mode dnsrr \
+		--hostname '{{.Node.Hostname}}' --stop-grace-period 1s "$@" "$E2E_IMAGE" \
+		sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) || {
+		ck_log "service create $name failed: $out"
+		CK_LAST_ERROR=$out
+		return 1
+	}
+	ck_log "service $name ($*) = ${out:0:12}"
+}
+
+# ck_running_cids I SVC: running task containers of SVC on node I.
+ck_running_cids() {
+	ck_dk "$1" ps -q -f "label=com.docker.swarm.service.name=$2" -f status=running 2>/dev/null
+}
+
+# ck_task_errors SVC: the distinct errors of SVC's tasks.
+ck_task_errors() {
+	ck_dk 0 service ps --no-trunc --format '{{.Error}}' "$1" 2>/dev/null \
+		| grep . | sort | uniq -c | sort -rn | head -3 | sed -E 's/^ *([0-9]+) /\1x /'
+}
+
+# ck_failed_tasks SVC: how many of SVC's tasks failed or were rejected.
+ck_failed_tasks() {
+	ck_dk 0 service ps --format '{{.CurrentState}}' "$1" 2>/dev/null | grep -cE '^(Failed|Rejected)'
+}
+
+# ck_node_log I: node I's daemon log with the plugin's lines, through the
+# function named by E2E_NODE_LOG (empty when unset).
+ck_node_log() {
+	[[ -n ${E2E_NODE_LOG:-} ]] && "$E2E_NODE_LOG" "$1"
+}
+
+# ck_wait_tasks SVC PER_NODE: wait until every node runs PER_NODE tasks of SVC.
+ck_wait_tasks() {
+	local svc=$1 want=$2 start=$SECONDS end=$((SECONDS + E2E_TASK_TIMEOUT)) i n ok
+	while :; do
+		ok=1
+		for ((i = 0; i < CK_N; i++)); do
+			n=$(ck_running_cids "$i" "$svc" | grep -c .)
+			((n == want)) || ok=0
+		done
+		((ok)) && return 0
+		# Tasks failing again and again: no point in waiting any longer.
+		if ((SECONDS - start >= 15)) && (($(ck_failed_tasks "$svc") >= 2 * CK_N)); then
+			ck_fail "service $svc: tasks keep failing: $(ck_task_errors "$svc" | tr '\n' ';')"
+			return 1
+		fi
+		if ((SECONDS >= end)); then
+			ck_log "tasks of $svc after ${E2E_TASK_TIMEOUT}s:"
+			ck_dk 0 service ps --no-trunc "$svc" 2>&1 | head -12 | sed 's/^/    | /' >&2
+			ck_fail "service $svc: not $want running task(s) on each of $CK_N nodes after ${E2E_TASK_TIMEOUT}s; errors: $(ck_task_errors "$svc" | tr '\n' ';')"
+			return 1
+		fi
+		sleep 1
+	done
+}
+
+# ck_ip I CID NET: the container's address on NET.
+ck_ip() {
+	ck_dk "$1" inspect -f "{{with index .NetworkSettings.Networks \"$3\"}}{{.IPAddress}}{{end}}" "$2"
+}
+
+# ck_get I CID ADDR: HTTP GET from container CID on node I, retried for
+# CK_GET_RETRY seconds (20; ck_mesh lowers it after a first failure).
+CK_GET_RETRY=20
+ck_get() {
+	ck_retry "$CK_GET_RETRY" ck_dk "$1" exec "$2" timeout 5 wget -q -O- "http://$3:$CK_PORT/"
+}
+
+# ck_resolve I CID NAME: the addresses Docker's embedded DNS gives for NAME.
+ck_resolve() {
+	ck_dk "$1" exec "$2" nslookup "$3" 127.0.0.11 2>/dev/null \
+		| awk '/^Name:/ {n = 1; next} n && /^Address/ {sub(/^Address:?[ \t]*/, ""); sub(/:53$/, ""); print}' | sort -u
+}
+
+# ck_resolve_n I CID NAME MIN: ck_resolve, failing with fewer than MIN addresses.
+ck_resolve_n() {
+	local r
+	r=$(ck_resolve "$1" "$2" "$3")
+	printf '%s\n' "$r"
+	(($(grep -c . <<<"$r") >= $4))
+}
+
+# ck_mesh SVC NET [nodns]: each node's task reaches every other node's task on
+# NET by address and through tasks.SVC (not with nodns: for a task on several
+# networks the embedded DNS answers with the first network's addresses only).
+# One task per node is used.
+ck_mesh() {
+	local svc=$1 net=$2 dns=${3:-dns} i j body names want got rc
+	local CK_GET_RETRY=$CK_GET_RETRY
+	local -a cid ip host
+	for ((i = 0; i < CK_N; i++)); do
+		cid[i]=$(ck_running_cids "$i" "$svc" | head -1)
+		[[ -n ${cid[i]} ]] || { ck_fail "no running task of $svc on node $i"; return 1; }
+		ip[i]=$(ck_ip "$i" "${cid[i]}" "$net")
+		[[ -n ${ip[i]} ]] || { ck_fail "task ${cid[i]:0:12} on node $i has no address on $net"; return 1; }
+		host[i]=$(ck_dk "$i" info -f '{{.Name}}')
+	done
+	ck_log "tasks on $net: $(for ((i = 0; i < CK_N; i++)); do printf '%s=%s ' "${host[i]}" "${ip[i]}"; done)"
+	local fails=0
+	for ((i = 0; i < CK_N; i++)); do
+		for ((j = 0; j < CK_N; j++)); do
+			((i == j)) && continue
+			body=$(ck_get "$i" "${cid[i]}" "${ip[j]}") && rc=0 || rc=$?
+			if ((rc)) || [[ $body != "${host[j]}" ]]; then
+				ck_fail "${host[i]} -> ${host[j]} by address ${ip[j]} on $net: rc=$rc body='${body:0:200}'"
+				fails=1 CK_GET_RETRY=5
+			else
+				ck_log "${host[i]} -> ${host[j]} by address ${ip[j]}: ok"
+			fi
+		done
+		[[ $dns == nodns ]] && continue
+		# tasks.<svc> through the embedded DNS: every task's address, then
+		# connect to the other nodes' ones by the resolved address.
+		names=$(ck_retry 15 ck_resolve_n "$i" "${cid[i]}" "tasks.$svc" "$CK_N")
+		want=$(printf '%s\n' "${ip[@]}" | sort -u)
+		if ! got=$(comm -13 <(sort -u <<<"$names") <(sort <<<"$want")) || [[ -n $got ]]; then
+			ck_fail "${host[i]}: tasks.$svc resolved to [$(tr '\n' ' ' <<<"$names")], missing [$(tr '\n' ' ' <<<"$got")]"
+			fails=1
+		else
+			ck_log "${host[i]}: tasks.$svc -> $(tr '\n' ' ' <<<"$names")"
+			for ((j = 0; j < CK_N; j++)); do
+				((i == j)) && continue
+				body=$(ck_get "$i" "${cid[i]}" "${ip[j]}") || true
+				if [[ $body != "${host[j]}" ]]; then
+					ck_fail "${host[i]} -> tasks.$svc (${ip[j]}): body='${body:0:200}'"
+					fails=1
+				fi
+			done
+		fi
+		# Extra: busybox wget resolving the name itself (informational).
+		body=$(ck_dk "$i" exec "${cid[i]}" timeout 5 wget -q -O- "http://tasks.$svc:$CK_PORT/" 2>&1) && rc=0 || rc=$?
+		if ((rc == 139)); then
+			ck_log "note: busybox wget segfaults resolving tasks.$svc (rc 139); nslookup path used"
+		elif ((rc)) || ! grep -qxF -- "$body" <(printf '%s\n' "${host[@]}"); then
+			ck_log "note: wget http://tasks.$svc:$CK_PORT/ from ${host[i]}: rc=$rc body='${body:0:100}'"
+		else
+			ck_log "${host[i]}: wget http://tasks.$svc:$CK_PORT/ -> $body"
+		fi
+	done
+	return "$fails"
+}
+
+# ck_plugin_id I: the plugin's full ID on node I.
+ck_plugin_id() { ck_dk "$1" plugin inspect -f '{{.Id}}' "$E2E_PLUGIN" 2>/dev/null; }
+
+# ck_sandbox_dir I: the plugin's sandbox directory as seen on node I's host
+# (the plugin's propagated mount, /run/overlay-plugin inside the plugin).
+ck_sandbox_dir() {
+	local id root
+	id=$(ck_plugin_id "$1") || return 1
+	root=$(ck_dk "$1" info -f '{{.DockerRootDir}}') || return 1
+	echo "$root/plugins/$id/propagated-mount/netns"
+}
+
+# ck_host_leftovers I: prints what the plugin left on node I's host: netns
+# files in its sandbox dir, VXLAN devices with the plugin's VNIs (host netns
+# and any netns still mounted there), their FDB entries, xfrm state/policies.
+ck_host_leftovers() {
+	local i=$1 dir
+	dir=$(ck_sandbox_dir "$i") || { echo "cannot find the plugin's sandbox dir"; return 0; }
+	ck_hx "$i" bash -s "$dir" "$CK_VNI_MIN" "$CK_VNI_MAX" <<'EOF'
+dir=$1 lo=$2 hi=$3
+vx() { ip -d -o link show type vxlan 2>/dev/null | awk -v lo="$lo" -v hi="$hi" '{for (k = 1; k < NF; k++) if ($k == "id" && $(k+1) >= lo && $(k+1) <= hi) {print; next}}'; }
+if [[ -d $dir ]]; then
+	for f in "$dir"/*; do
+		[[ -e $f ]] || continue
+		echo "sandbox namespace left: $f"
+		nsenter --net="$f" ip -d -o link show type vxlan 2>/dev/null | sed 's/^/  vxlan in it: /'
+		nsenter --net="$f" bridge fdb show 2>/dev/null | grep ' dst ' | sed 's/^/  fdb in it: /'
+	done
+fi
+vx | sed 's/^/vxlan device in host netns: /'
+ip xfrm state list 2>/dev/null | grep -E '^src ' | sed 's/^/xfrm state: /'
+ip xfrm policy list 2>/dev/null | grep -E '^src ' | sed 's/^/xfrm policy: /'
+EOF
+}
+
+# ck_host_sandboxes I: number of netns files in the plugin's sandbox dir.
+ck_host_sandboxes() {
+	local dir
+	dir=$(ck_sandbox_dir "$1") || { echo "?"; return; }
+	ck_hx "$1" bash -c 'n=0; for f in "$1"/*; do [[ -e $f ]] && n=$((n+1)); done; echo $n' _ "$dir"
+}
+
+ck_no_sandboxes() { [[ $(ck_host_sandboxes "$1") == 0 ]]; }
+
+# ck_host_fdb I: remote FDB entries (dst ...) in the plugin's sandboxes on node I.
+ck_host_fdb() {
+	local dir
+	dir=$(ck_sandbox_dir "$1") || return 0
+	ck_hx "$1" bash -c 'for f in "$1"/*; do [[ -e $f ]] && nsenter --net="$f" bridge fdb show 2>/dev/null | grep " dst "; done' _ "$dir"
+}
+
+# ck_xfrm_packets I: packets counted by all xfrm states on node I's host.
+ck_xfrm_packets() {
+	ck_hx "$1" ip -s xfrm state list 2>/dev/null | awk '/lifetime current:/ {getline; for (k = 1; k <= NF; k++) if ($k ~ /\(packets\)/) {sub(/\(packets\)/, "", $k); s += $k}} END {print s + 0}'
+}
+
+# ------------------------------------------------------------------ checks
+
+check_builtin_overlay() {
+	ck_nodes "$@"
+	ck_network e2e-builtin overlay || return 1
+	ck_web_service e2e-builtin --mode global --network e2e-builtin || return 1
+	ck_wait_tasks e2e-builtin 1 || return 1
+	ck_mesh e2e-builtin e2e-builtin
+}
+
+check_plugin_service() {
+	ck_nodes "$@"
+	ck_network e2e-plug "$E2E_PLUGIN" || { ck_fail "docker network create -d $E2E_PLUGIN: $CK_LAST_ERROR"; return 1; }
+	ck_web_service e2e-plug --mode global --network e2e-plug || return 1
+	ck_wait_tasks e2e-plug 1 || return 1
+	ck_mesh e2e-plug e2e-plug
+}
+
+check_plugin_attachable() {
+	ck_nodes "$@"
+	ck_network e2e-att "$E2E_PLUGIN" --attachable || { ck_fail "network create --attachable: $CK_LAST_ERROR"; return 1; }
+	local i j out rc fails=0
+	local -a cid ip host
+	for ((i = 0; i < CK_N; i++)); do
+		host[i]=$(ck_dk "$i" info -f '{{.Name}}')
+		out=$(ck_dk "$i" run -d --name "e2e-att-$i" --hostname "${host[i]}" --network e2e-att "$E2E_IMAGE" \
+			sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) || {
+			ck_fail "docker run --network e2e-att on ${host[i]}: $out"
+			return 1
+		}
+		CK_CONTAINERS+=("$i:e2e-att-$i")
+		cid[i]=$out
+		ip[i]=$(ck_ip "$i" "${cid[i]}" e2e-att)
+		ck_log "container e2e-att-$i on ${host[i]}: ${ip[i]}"
+	done
+	for ((i = 0; i < CK_N; i++)); do
+		for ((j = 0; j < CK_N; j++)); do
+			((i == j)) && continue
+			out=$(ck_get "$i" "${cid[i]}" "${ip[j]}") && rc=0 || rc=$?
+			if ((rc)) || [[ $out != "${host[j]}" ]]; then
+				ck_fail "${host[i]} -> ${host[j]} (${ip[j]}): rc=$rc body='${out:0:200}'"
+				fails=1
+			else
+				ck_log "${host[i]} -> ${host[j]} (${ip[j]}): ok"
+			fi
+			# By container name (informational: swarm-scope service discovery).
+			out=$(ck_resolve "$i" "${cid[i]}" "e2e-att-$j" | tr '\n' ' ')
+			ck_log "note: ${host[i]} resolves e2e-att-$j to [${out}]"
+		done
+	done
+	return "$fails"
+}
+
+check_plugin_encrypted() {
+	ck_nodes "$@"
+	local out errs i
+	if ((E2E_EXPECT_ESP == 0)); then
+		if ! ck_network e2e-enc "$E2E_PLUGIN" --opt encrypted; then
+			if grep -qE "$CK_ESP_RE" <<<"$CK_LAST_ERROR"; then
+				ck_log "network create refused with a clear error: $CK_LAST_ERROR"
+				return 0
+			fi
+			ck_fail "network create --opt encrypted failed, but the error names no missing kernel support: $CK_LAST_ERROR"
+			return 1
+		fi
+		# Created: swarm allocates networks asynchronously, so a refusal by
+		# AllocateNetwork (manager) leaves the tasks in New with no error on
+		# the CLI; a refusal by CreateNetwork/Join (nodes) fails the tasks.
+		ck_web_service e2e-enc --mode global --network e2e-enc --restart-condition none || return 1
+		local end=$((SECONDS + 45)) logerr
+		while ((SECONDS < end)); do
+			for ((i = 0; i < CK_N; i++)); do
+				if [[ -n $(ck_running_cids "$i" e2e-enc) ]]; then
+					ck_fail "a task runs on encrypted network e2e-enc on node $i although the kernel lacks ESP: plaintext network"
+					return 1
+				fi
+			done
+			errs=$(ck_task_errors e2e-enc)
+			if grep -qE "$CK_ESP_RE" <<<"$errs"; then
+				ck_log "tasks fail with a clear error: $(grep -E "$CK_ESP_RE" <<<"$errs" | head -1)"
+				return 0
+			fi
+			sleep 3
+		done
+		out=$(ck_dk 0 service ps --format '{{.CurrentState}}' e2e-enc | awk '{print $1}' | sort | uniq -c | tr -s ' \n' ' ')
+		logerr=$(ck_node_log 0 | grep -E 'AllocateNetwork|e2e-enc|encrypt' | grep -iE 'err|fail' | tail -1)
+		if [[ -n $logerr ]] && grep -qE "$CK_ESP_RE" <<<"$logerr"; then
+			ck_log "no task started (states: $out); the manager's log names the missing support: $logerr"
+			ck_log "note: docker network create itself succeeded: swarm allocates asynchronously, so the user sees tasks stuck in New"
+			return 0
+		fi
+		ck_fail "no task started (states: $out) but no error names the missing kernel support (ESP/GCM); task errors: [$(tr '\n' ';' <<<"$errs")]; manager log: [${logerr:0:300}]"
+		return 1
+	fi
+	# The kernel has ESP: the network must work, and its traffic be ESP.
+	ck_have_hostx || { ck_fail "E2E_HOSTX is needed to read xfrm counters"; return 1; }
+	ck_network e2e-enc "$E2E_PLUGIN" --opt encrypted || { ck_fail "network create --opt encrypted: $CK_LAST_ERROR"; return 1; }
+	ck_web_service e2e-enc --mode global --network e2e-enc || return 1
+	ck_wait_tasks e2e-enc 1 || return 1
+	local -a before
+	for ((i = 0; i < CK_N; i++)); do before[i]=$(ck_xfrm_packets "$i"); done
+	ck_mesh e2e-enc e2e-enc || return 1
+	local fails=0 after states
+	for ((i = 0; i < CK_N; i++)); do
+		after=$(ck_xfrm_packets "$i")
+		states=$(ck_hx "$i" ip xfrm state list 2>/dev/null | grep -c 'proto esp')
+		ck_log "node $i: $states ESP states, xfrm packets ${before[i]} -> $after"
+		if ((states == 0 || after <= before[i])); then
+			ck_fail "node $i: traffic on e2e-enc did not go through ESP (states=$states, packets ${before[i]} -> $after)"
+			fails=1
+		fi
+	done
+	return "$fails"
+}
+
+check_coexistence() {
+	ck_nodes "$@"
+	ck_network e2e-co-builtin overlay || return 1
+	ck_network e2e-co-plug "$E2E_PLUGIN" || { ck_fail "network create: $CK_LAST_ERROR"; return 1; }
+	ck_web_service e2e-co --mode global --network e2e-co-builtin --network e2e-co-plug || return 1
+	ck_wait_tasks e2e-co 1 || return 1
+	local fails=0
+	ck_mesh e2e-co e2e-co-builtin || fails=1
+	ck_mesh e2e-co e2e-co-plug nodns || fails=1
+	return "$fails"
+}
+
+check_teardown() {
+	ck_nodes "$@"
+	ck_have_hostx || { ck_fail "E2E_HOSTX is needed to inspect the hosts"; return 1; }
+	local i fails=0 left n
+	ck_network e2e-td "$E2E_PLUGIN" || { ck_fail "network create: $CK_LAST_ERROR"; return 1; }
+	# Scale up: two tasks per node.
+	ck_web_service e2e-td --replicas "$((2 * CK_N))" --replicas-max-per-node 2 --network e2e-td || return 1
+	ck_wait_tasks e2e-td 2 || return 1
+	ck_mesh e2e-td e2e-td || fails=1
+	for ((i = 0; i < CK_N; i++)); do
+		ck_log "node $i at scale $((2 * CK_N)): $(ck_host_sandboxes "$i") sandbox(es), $(ck_host_fdb "$i" | grep -c .) remote FDB entries"
+	done
+	# Scale down to one task: the nodes without a task must drop the network.
+	ck_dk 0 service scale -d e2e-td=1 >/dev/null || { ck_fail "service scale e2e-td=1 failed"; return 1; }
+	local end=$((SECONDS + 60)) total
+	while :; do
+		total=0
+		for ((i = 0; i < CK_N; i++)); do total=$((total + $(ck_running_cids "$i" e2e-td | grep -c .))); done
+		((total == 1)) && break
+		((SECONDS >= end)) && { ck_fail "scale to 1: $total tasks still running after 60 s"; return 1; }
+		sleep 1
+	done
+	sleep 3
+	for ((i = 0; i < CK_N; i++)); do
+		n=$(ck_running_cids "$i" e2e-td | grep -c .)
+		ck_log "node $i at scale 1 ($n local task): $(ck_host_sandboxes "$i") sandbox(es), $(ck_host_fdb "$i" | grep -c .) remote FDB entries"
+		if ((n == 0)); then
+			ck_retry 30 ck_no_sandboxes "$i" >/dev/null \
+				|| { ck_fail "node $i has no task of e2e-td but still $(ck_host_sandboxes "$i") sandbox(es) after 30 s"; fails=1; }
+		fi
+	done
+	# Scale to zero, remove the service and the network: nothing may be left.
+	ck_dk 0 service scale -d e2e-td=0 >/dev/null || fails=1
+	ck_dk 0 service rm e2e-td >/dev/null || fails=1
+	end=$((SECONDS + 60))
+	while [[ -n $(ck_all_task_containers e2e-td) ]] && ((SECONDS < end)); do sleep 1; done
+	ck_dk 0 network rm e2e-td >/dev/null || { ck_fail "network rm e2e-td failed"; fails=1; }
+	CK_SERVICES=() CK_NETWORKS=()
+	for ((i = 0; i < CK_N; i++)); do
+		end=$((SECONDS + 30))
+		while left=$(ck_host_leftovers "$i") && [[ -n $left ]] && ((SECONDS < end)); do sleep 1; done
+		if [[ -n $left ]]; then
+			ck_fail "node $i after service rm + network rm: $(tr '\n' ';' <<<"$left")"
+			fails=1
+		else
+			ck_log "node $i: no sandbox, VXLAN device, FDB entry or xfrm state left"
+		fi
+	done
+	return "$fails"
+}
+
+check_disable_enable() {
+	ck_nodes "$@"
+	ck_network e2e-de "$E2E_PLUGIN" --attachable || { ck_fail "network create: $CK_LAST_ERROR"; return 1; }
+	ck_web_service e2e-de --mode global --network e2e-de || return 1
+	ck_wait_tasks e2e-de 1 || return 1
+	# A second endpoint on node 0 (docker run): same-host traffic needs no
+	# control plane, so it shows whether the local data path survives.
+	local local_cid
+	local_cid=$(ck_dk 0 run -d --name e2e-de-local --network e2e-de "$E2E_IMAGE" sleep 100000) \
+		|| { ck_fail "docker run on e2e-de failed"; return 1; }
+	CK_CONTAINERS+=("0:e2e-de-local")
+	local i out fails=0 pre_mesh=0 pre_local=0
+	local -a before after
+	ck_local() { # node 0's extra container -> node 0's task
+		local t
+		t=$(ck_running_cids 0 e2e-de | head -1)
+		[[ -n $t ]] && ck_dk 0 exec "$local_cid" timeout 5 wget -q -O- "http://$(ck_ip 0 "$t" e2e-de):$CK_PORT/"
+	}
+	ck_retry 10 ck_local >/dev/null && pre_local=1
+	ck_mesh e2e-de e2e-de nodns && pre_mesh=1
+	ck_log "before: same-host reachability=$pre_local, cross-host=$pre_mesh"
+	for ((i = 0; i < CK_N; i++)); do before[i]=$(ck_running_cids "$i" e2e-de | head -1); done
+	for ((i = 0; i < CK_N; i++)); do
+		ck_have_hostx && ck_log "node $i before disable: $(ck_host_sandboxes "$i") sandbox(es)"
+		out=$(ck_dk "$i" plugin disable -f "$E2E_PLUGIN" 2>&1) || { ck_fail "node $i: plugin disable -f: $out"; return 1; }
+		ck_log "node $i: plugin disabled"
+		ck_have_hostx && ck_log "node $i while disabled: $(ck_host_sandboxes "$i") sandbox(es); node-0 container interfaces: $(ck_dk 0 exec "$local_cid" ip -o link 2>/dev/null | awk -F': ' '{print $2}' | tr '\n' ' ')"
+		out=$(ck_dk "$i" plugin enable "$E2E_PLUGIN" 2>&1) || { ck_fail "node $i: plugin enable: $out"; return 1; }
+		ck_log "node $i: plugin enabled again"
+	done
+	sleep 3
+	for ((i = 0; i < CK_N; i++)); do
+		after[i]=$(ck_running_cids "$i" e2e-de | head -1)
+		[[ ${after[i]} != "${before[i]}" ]] && ck_log "node $i: task container changed ${before[i]:0:12} -> ${after[i]:0:12} (swarm replaced it)"
+		ck_have_hostx && ck_log "node $i after enable: $(ck_host_sandboxes "$i") sandbox(es)"
+	done
+	ck_log "node-0 container interfaces after enable: $(ck_dk 0 exec "$local_cid" ip -o addr 2>/dev/null | awk '{print $2, $4}' | tr '\n' ' ')"
+	((pre_local)) || { ck_fail "same-host traffic did not work before the disable"; fails=1; }
+	((pre_mesh)) || { ck_fail "cross-host traffic did not work before the disable"; fails=1; }
+	# Docker removes a plugin's mounts when it is disabled, and the network
+	# namespaces of the plugin's sandboxes with them: containers that were
+	# running lose their interface on the plugin's network. That is a known
+	# limitation (README), reported here, not hidden.
+	if ck_retry 10 ck_local >/dev/null && ck_mesh e2e-de e2e-de nodns >/dev/null 2>&1; then
+		ck_log "after enable: the running tasks kept their connectivity"
+	else
+		ck_log "KNOWN LIMITATION: the running tasks lost their interface on the plugin network across disable -f / enable (Docker unmounts the plugin's mounts)"
+	fi
+	# What must hold: the plugin resumed its networks from its state, so
+	# Docker's calls for the old tasks succeed and new tasks work.
+	ck_dk 0 rm -f e2e-de-local >/dev/null 2>&1
+	ck_dk 0 service update -d --force e2e-de >/dev/null 2>&1 || { ck_fail "service update --force failed"; return 1; }
+	ck_replaced() { # every node runs a task other than the one before the update
+		local i c
+		for ((i = 0; i < CK_N; i++)); do
+			c=$(ck_running_cids "$i" e2e-de | head -1)
+			[[ -n $c && $c != "${after[i]}" ]] || return 1
+		done
+	}
+	if ! ck_retry "$E2E_TASK_TIMEOUT" ck_replaced >/dev/null; then
+		ck_fail "the service's tasks were not replaced after service update --force"
+		return 1
+	fi
+	if ck_mesh e2e-de e2e-de dns; then
+		ck_log "after enable: new tasks reach each other across hosts, by address and by name"
+	else
+		ck_fail "new tasks on the plugin network do not reach each other after disable -f / enable"
+		fails=1
+	fi
+	return "$fails"
+}
+
+# ------------------------------------------------------------------ runner
+
+# e2e_run_check NAME FUNC CLI...: run one check in a subshell (its resources
+# removed at its end) and record PASS/FAIL.
+e2e_run_check() {
+	local name=$1 fn=$2; shift 2
+	local t0=$SECONDS rc reason
+	CK_REASON_FILE=$(mktemp)
+	printf '%s === RUN   %s\n' "$(ck_ts)" "$name" >&2
+	(
+		CK_NAME=$name
+		ck_nodes "$@"
+		trap ck_teardown EXIT
+		"$fn" "$@"
+	) && rc=0 || rc=$?
+	reason=$(head -3 "$CK_REASON_FILE" | tr '\n' ';' | sed 's/;$//')
+	((${#reason} > 400)) && reason="${reason:0:400}..."
+	rm -f "$CK_REASON_FILE"
+	if ((rc == 0)); then
+		E2E_PASSED=$((E2E_PASSED + 1))
+		E2E_RESULTS+=("PASS: $name ($((SECONDS - t0))s)")
+	else
+		E2E_FAILED=$((E2E_FAILED + 1))
+		E2E_RESULTS+=("FAIL: $name ($((SECONDS - t0))s): ${reason:-rc=$rc}")
+		[[ -n ${E2E_ON_FAIL:-} ]] && "$E2E_ON_FAIL" "$name"
+	fi
+	printf '%s\n' "${E2E_RESULTS[-1]}"
+	return 0
+}
+
+# e2e_plugin_checks CLI...: (a)-(f) against $E2E_PLUGIN; E2E_CHECKS may list a
+# subset by function name.
+E2E_PLUGIN_CHECKS=(check_plugin_service check_plugin_attachable check_plugin_encrypted
+	check_coexistence check_teardown check_disable_enable)
+e2e_plugin_checks() {
+	local c
+	for c in ${E2E_CHECKS:-${E2E_PLUGIN_CHECKS[*]}}; do
+		e2e_run_check "${c#check_}" "$c" "$@"
+	done
+}
+
+e2e_summary() {
+	local r
+	echo "---- results ----"
+	for r in "${E2E_RESULTS[@]}"; do echo "$r"; done
+	echo "e2e: $E2E_PASSED passed, $E2E_FAILED failed"
+	((E2E_FAILED == 0))
+}

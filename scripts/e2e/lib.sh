@@ -1,0 +1,493 @@
+# shellcheck shell=bash
+# scripts/e2e/lib.sh: a multi-node Docker swarm inside network namespaces on
+# one machine, for scripts/e2e-docker.sh. Source it; it defines functions and
+# sets nothing up by itself.
+#
+# Layout (nothing is added to the root network namespace):
+#   <prefix>-sw        switch namespace: bridge br0, one veth port per node
+#   <prefix>-n1..nN    one namespace per node: eth0 = 198.51.100.1<i>/24, no
+#                      default route; its dockerd (and the containerd that
+#                      dockerd starts, the plugin, the containers) run there
+#   $E2E_TMP/n<i>/     data-root, exec-root (x), logs, plugin state of node i
+#   /run/<prefix>-n<i>.sock   the node's docker API socket
+# Each dockerd runs under `ip netns exec NS unshare --uts`, i.e. in a mount
+# namespace of its own (a slave of the host's): its mounts never reach the
+# host and disappear with its last process. It gets a tmpfs /sys/fs/cgroup
+# with the host's cgroup hierarchies mounted again, private /etc/docker and
+# /run/containerd, and `/` made rshared (as on a systemd host) so a plugin's
+# propagated mount works.
+#
+# After e2e_setup: E2E_DOCKER[i] is the docker CLI of node i (a string to
+# word-split), E2E_HOSTX[i] runs a command "on node i's host" (nsenter into
+# its dockerd's mount, network and uts namespaces), i = 0..N-1.
+
+E2E_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+E2E_ROOT=$(cd "$E2E_LIB_DIR/../.." && pwd)
+
+: "${E2E_NODES:=2}"
+: "${E2E_PREFIX:=oe$$}"                 # namespace/socket name prefix
+: "${E2E_UNDERLAY:=198.51.100}"         # /24 of the underlay; node i is .1<i>
+: "${E2E_SWARM_POOL:=203.0.113.0/24}"   # swarm's address pool (overlay subnets)
+: "${E2E_SWARM_POOL_MASK:=27}"
+: "${E2E_LOCAL_POOL:=198.18.0.0/16}"    # docker0/docker_gwbridge, per node
+: "${E2E_DOCKER_CLI:=$(command -v /usr/bin/docker || command -v docker || echo docker)}"
+: "${E2E_DOCKERD:=$(command -v dockerd || echo /usr/sbin/dockerd)}"
+: "${E2E_IMAGE:=local/busybox:1}"
+: "${E2E_DOCKERD_LOG_LEVEL:=info}"
+
+E2E_TMP=${E2E_TMP:-}
+E2E_DOCKER=()
+E2E_HOSTX=()
+E2E_DOCKERD_PIDS=()
+_E2E_CREATED_DIRS=()   # host directories created as mount points, removed at cleanup
+_E2E_NETNS=()
+_E2E_CLEANED=0
+
+# ---------------------------------------------------------------- logging
+
+e2e_ts() { date -u +%H:%M:%S.%3N; }
+log() { printf '%s [e2e] %s\n' "$(e2e_ts)" "$*" >&2; }
+warn() { printf '%s [e2e] WARN: %s\n' "$(e2e_ts)" "$*" >&2; }
+die() { printf '%s [e2e] FATAL: %s\n' "$(e2e_ts)" "$*" >&2; exit 1; }
+
+# e2e_run CMD...: log a command, run it, and log its output on failure.
+e2e_run() {
+	local out rc
+	out=$("$@" 2>&1) && rc=0 || rc=$?
+	if ((rc)); then
+		log "command failed (rc=$rc): $*"
+		[[ -n $out ]] && printf '%s\n' "$out" | sed 's/^/    | /' >&2
+	fi
+	return "$rc"
+}
+
+# e2e_wait SECONDS DESCRIPTION CMD...: poll CMD every 0.5 s until it succeeds.
+e2e_wait() {
+	local limit=$1 what=$2; shift 2
+	local end=$((SECONDS + limit))
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= end)); then
+			log "timed out after ${limit}s waiting for: $what"
+			return 1
+		fi
+		sleep 0.5
+	done
+}
+
+# ---------------------------------------------------------------- packages
+
+# e2e_install_packages: install what the harness needs from Debian, if
+# missing (apt-get update once, only when something is missing).
+e2e_install_packages() {
+	local -A need=([dockerd]=docker.io [containerd]=containerd [runc]=runc [iptables]=iptables
+		[ip]=iproute2 [nsenter]=util-linux [unshare]=util-linux [jq]=jq)
+	local missing=() c
+	for c in "${!need[@]}"; do
+		command -v "$c" >/dev/null || missing+=("${need[$c]}")
+	done
+	# busybox-static: the test image needs a static busybox.
+	if ! dpkg -s busybox-static >/dev/null 2>&1; then missing+=(busybox-static); fi
+	[[ -x /usr/bin/docker ]] || missing+=(docker.io)
+	((${#missing[@]})) || { log "packages: all present"; return 0; }
+	mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+	log "installing from Debian: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get -o DPkg::Lock::Timeout=400 update -qq >&2 || die "apt-get update failed"
+	apt-get install -y -q -o DPkg::Lock::Timeout=400 --no-install-recommends "${missing[@]}" >&2 \
+		|| die "apt-get install ${missing[*]} failed"
+	E2E_DOCKER_CLI=$(command -v /usr/bin/docker || command -v docker)
+	E2E_DOCKERD=$(command -v dockerd)
+}
+
+# ---------------------------------------------------------------- helpers
+
+# e2e_dk I ARGS...: docker CLI of node I (0-based).
+e2e_dk() {
+	local i=$1; shift
+	local -a c
+	read -ra c <<<"${E2E_DOCKER[$i]}"
+	"${c[@]}" "$@"
+}
+
+# e2e_dkt SECONDS I ARGS...: e2e_dk under a time limit.
+e2e_dkt() {
+	local t=$1 i=$2; shift 2
+	local -a c
+	read -ra c <<<"${E2E_DOCKER[$i]}"
+	timeout "$t" "${c[@]}" "$@"
+}
+
+# e2e_hx I CMD...: run CMD on node I's "host" (its dockerd's namespaces).
+e2e_hx() {
+	local i=$1; shift
+	local -a c
+	read -ra c <<<"${E2E_HOSTX[$i]}"
+	"${c[@]}" "$@"
+}
+
+e2e_node_ns() { echo "$E2E_PREFIX-n$(($1 + 1))"; }
+e2e_node_name() { echo "node$(($1 + 1))"; }
+e2e_node_addr() { echo "$E2E_UNDERLAY.1$(($1 + 1))"; }
+e2e_node_dir() { echo "$E2E_TMP/n$(($1 + 1))"; }
+e2e_node_sock() { echo "/run/$E2E_PREFIX-n$(($1 + 1)).sock"; }
+
+# _e2e_mountpoint_dir DIR: make sure DIR exists (to mount over it in a node's
+# mount namespace); remember it for removal at cleanup if we created it.
+_e2e_mountpoint_dir() {
+	[[ -d $1 ]] && return 0
+	mkdir -p "$1"
+	_E2E_CREATED_DIRS+=("$1")
+}
+
+# ---------------------------------------------------------------- topology
+
+e2e_make_tmp() {
+	[[ -n $E2E_TMP ]] && return 0
+	# Short: a managed plugin's socket is <exec-root>/plugins/<64 hex>/overlay.sock
+	# and a unix socket path holds 107 bytes, so exec-root gets 21 at most.
+	E2E_TMP=$(mktemp -d /tmp/oe.XXXXXX)
+	chmod 755 "$E2E_TMP"
+	log "run directory $E2E_TMP"
+}
+
+# e2e_topology: the switch namespace and E2E_NODES node namespaces.
+e2e_topology() {
+	local sw="$E2E_PREFIX-sw" i ns
+	log "creating namespaces: $sw and $E2E_NODES nodes on $E2E_UNDERLAY.0/24"
+	ip netns add "$sw" || die "ip netns add $sw"
+	_E2E_NETNS+=("$sw")
+	ip -n "$sw" link set lo up
+	ip -n "$sw" link add br0 type bridge
+	ip -n "$sw" link set br0 up
+	for ((i = 0; i < E2E_NODES; i++)); do
+		ns=$(e2e_node_ns "$i")
+		ip netns add "$ns" || die "ip netns add $ns"
+		_E2E_NETNS+=("$ns")
+		ip -n "$ns" link set lo up
+		# Both ends are created inside our namespaces, never in the root one.
+		ip -n "$sw" link add "p$((i + 1))" type veth peer name eth0 netns "$ns"
+		ip -n "$sw" link set "p$((i + 1))" master br0 up
+		ip -n "$ns" addr add "$(e2e_node_addr "$i")/24" dev eth0
+		ip -n "$ns" link set eth0 up
+		ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+	done
+	for ((i = 1; i < E2E_NODES; i++)); do
+		e2e_wait 10 "underlay ping node1 -> node$((i + 1))" \
+			ip netns exec "$(e2e_node_ns 0)" busybox ping -c1 -W1 "$(e2e_node_addr "$i")" || die "underlay is not working"
+	done
+	log "underlay up"
+}
+
+# ---------------------------------------------------------------- dockerd
+
+# _e2e_cgroup_specs: the host's cgroup mounts as "fstype mountpoint options"
+# lines, read from /proc/self/mountinfo before entering a node (ip netns exec
+# replaces /sys and hides them).
+_e2e_cgroup_specs() {
+	awk '{
+		for (i = 7; $i != "-"; i++) {}
+		fstype = $(i + 1); opts = $(i + 3); mp = $5
+		if ((fstype == "cgroup" || fstype == "cgroup2") && index(mp, "/sys/fs/cgroup") == 1) {
+			n = split(opts, o, ","); keep = ""
+			for (j = 1; j <= n; j++) if (o[j] != "rw" && o[j] != "ro") keep = keep (keep == "" ? "" : ",") o[j]
+			print fstype, mp, (keep == "" ? "-" : keep)
+		}
+	}' /proc/self/mountinfo
+}
+
+# _e2e_node_launcher NAME DIR CGROUP_SPECS DOCKERD ARGS...: runs inside
+# `ip netns exec NS unshare --uts`; prepares the mount namespace and execs
+# dockerd. Defined here and passed to bash -c with declare -f.
+_e2e_node_launcher() {
+	set -e
+	local name=$1 dir=$2 specs=$3; shift 3
+	hostname "$name"
+	# -n everywhere: no /run/mount/utab on the host.
+	# As on a systemd host: shared propagation inside this namespace (it stays
+	# a slave of the host's, so nothing mounted here reaches the host).
+	mount -n --make-rshared /
+	if grep -q '^cgroup2 /sys/fs/cgroup ' <<<"$specs"; then
+		mount -n -t cgroup2 cgroup2 /sys/fs/cgroup
+	else
+		mount -n -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
+		local fstype mp opts
+		while read -r fstype mp opts; do
+			[[ -n $fstype ]] || continue
+			mkdir -p "$mp"
+			[[ $opts == - ]] && opts=
+			mount -n -t "$fstype" ${opts:+-o "$opts"} "$fstype" "$mp" \
+				|| mount -n -t "$fstype" "$fstype" "$mp"
+		done <<<"$specs"
+	fi
+	# Private copies of the paths dockerd and containerd use whatever their
+	# --data-root/--exec-root: /etc/docker (key.json), /run/containerd (so this
+	# dockerd starts its own containerd even if the host runs one; shim
+	# sockets), /run/docker (legacy plugin dir), /var/lib/docker (libnetwork's
+	# load-balancer files), /opt/containerd (containerd's plugin dirs).
+	mount -n --bind "$dir/etc-docker" /etc/docker
+	local d
+	for d in /run/containerd /run/docker /var/lib/docker /opt/containerd; do
+		mount -n -t tmpfs -o mode=711 tmpfs "$d"
+	done
+	exec "$@"
+}
+
+# e2e_start_dockerd I: start node I's dockerd (in the background).
+e2e_start_dockerd() {
+	local i=$1 ns dir sock name specs
+	ns=$(e2e_node_ns "$i") dir=$(e2e_node_dir "$i") sock=$(e2e_node_sock "$i") name=$(e2e_node_name "$i")
+	mkdir -p "$dir/data" "$dir/x" "$dir/etc-docker" "$dir/pstate"
+	((${#dir} + 2 <= 21)) || die "exec-root $dir/x is too long for plugin socket paths"
+	echo '{}' >"$dir/daemon.json"
+	local d
+	for d in /etc/docker /run/containerd /run/docker /var/lib/docker /opt/containerd; do
+		_e2e_mountpoint_dir "$d"
+	done
+	specs=$(_e2e_cgroup_specs)
+	[[ -n $specs ]] || warn "no cgroup mounts found on the host"
+	log "starting dockerd $name in $ns (socket $sock, log $dir/dockerd.log)"
+	ip netns exec "$ns" unshare --uts -- bash -c "$(declare -f _e2e_node_launcher); _e2e_node_launcher \"\$@\"" \
+		launcher "$name" "$dir" "$specs" \
+		"$E2E_DOCKERD" --data-root "$dir/data" --exec-root "$dir/x" -H "unix://$sock" \
+		--pidfile "$dir/dockerd.pid" --config-file "$dir/daemon.json" \
+		--default-address-pool "base=$E2E_LOCAL_POOL,size=24" \
+		--log-level "$E2E_DOCKERD_LOG_LEVEL" \
+		>"$dir/dockerd.log" 2>&1 &
+	E2E_DOCKERD_PIDS[i]=$!   # bash -c execs dockerd: the same PID
+	E2E_DOCKER[i]="$E2E_DOCKER_CLI -H unix://$sock"
+	E2E_HOSTX[i]="nsenter -t ${E2E_DOCKERD_PIDS[i]} -m -n -u --"
+}
+
+# e2e_wait_dockerd I: wait until node I's daemon answers.
+e2e_wait_dockerd() {
+	local i=$1
+	if ! e2e_wait 60 "dockerd $(e2e_node_name "$i")" e2e_dk "$i" version; then
+		e2e_dump_logs
+		die "dockerd $(e2e_node_name "$i") did not come up"
+	fi
+	kill -0 "${E2E_DOCKERD_PIDS[i]}" 2>/dev/null || die "dockerd $(e2e_node_name "$i") exited"
+	log "dockerd $(e2e_node_name "$i") ready (pid ${E2E_DOCKERD_PIDS[i]}, $(e2e_dk "$i" version -f '{{.Server.Version}}'))"
+}
+
+e2e_start_nodes() {
+	local i
+	for ((i = 0; i < E2E_NODES; i++)); do e2e_start_dockerd "$i"; done
+	for ((i = 0; i < E2E_NODES; i++)); do e2e_wait_dockerd "$i"; done
+}
+
+# ---------------------------------------------------------------- swarm
+
+_e2e_nodes_ready() {
+	local n
+	n=$(e2e_dk 0 node ls --format '{{.Status}}' | grep -c '^Ready$')
+	((n == E2E_NODES))
+}
+
+# e2e_swarm: node 1 is the manager, the others workers; explicit addresses.
+e2e_swarm() {
+	local i token addr
+	addr=$(e2e_node_addr 0)
+	log "swarm init on $(e2e_node_name 0) ($addr), address pool $E2E_SWARM_POOL/$E2E_SWARM_POOL_MASK"
+	e2e_run e2e_dk 0 swarm init --advertise-addr "$addr" --listen-addr "$addr:2377" \
+		--default-addr-pool "$E2E_SWARM_POOL" --default-addr-pool-mask-length "$E2E_SWARM_POOL_MASK" \
+		|| die "swarm init failed"
+	token=$(e2e_dk 0 swarm join-token -q worker)
+	for ((i = 1; i < E2E_NODES; i++)); do
+		addr=$(e2e_node_addr "$i")
+		log "swarm join $(e2e_node_name "$i") ($addr)"
+		e2e_run e2e_dk "$i" swarm join --token "$token" --advertise-addr "$addr" --listen-addr "$addr:2377" \
+			"$(e2e_node_addr 0):2377" || die "swarm join failed"
+	done
+	e2e_wait 60 "all $E2E_NODES swarm nodes Ready" _e2e_nodes_ready || {
+		e2e_dk 0 node ls >&2
+		die "swarm did not form"
+	}
+	log "swarm ready: $(e2e_dk 0 node ls --format '{{.Hostname}}={{.Status}}/{{.ManagerStatus}}' | tr '\n' ' ')"
+}
+
+# ---------------------------------------------------------------- image
+
+# e2e_build_image: a busybox image from Debian's busybox-static (every applet
+# linked), imported on each node as $E2E_IMAGE. No registry involved.
+e2e_build_image() {
+	local rootfs="$E2E_TMP/image-rootfs" tar="$E2E_TMP/busybox.tar" i a bb
+	bb=$(command -v busybox) || die "busybox not found"
+	[[ $bb == /bin/busybox || $bb == /usr/bin/busybox ]] || true
+	mkdir -p "$rootfs"/{bin,etc,tmp,www,proc,sys,dev,root}
+	chmod 1777 "$rootfs/tmp"
+	cp "$bb" "$rootfs/bin/busybox"
+	for a in $("$rootfs/bin/busybox" --list); do
+		[[ $a == busybox ]] || ln -sf busybox "$rootfs/bin/$a"
+	done
+	for a in timeout nc httpd wget ping nslookup sh; do
+		[[ -e $rootfs/bin/$a ]] || die "busybox lacks the $a applet"
+	done
+	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$rootfs/etc/passwd"
+	printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
+	tar -C "$rootfs" -cf "$tar" .
+	for ((i = 0; i < E2E_NODES; i++)); do
+		e2e_run e2e_dk "$i" import --change 'CMD ["sh"]' --change 'ENV PATH=/bin' "$tar" "$E2E_IMAGE" \
+			|| die "docker import on $(e2e_node_name "$i") failed"
+	done
+	log "image $E2E_IMAGE imported on $E2E_NODES nodes"
+}
+
+# ---------------------------------------------------------------- plugin
+
+# e2e_install_plugin NAME: build/plugin installed on every node, each with its
+# own state directory and the run's shared secret directory.
+e2e_install_plugin() {
+	local name=$1 i dir
+	mkdir -p -m 700 "$E2E_TMP/secrets"
+	[[ -f $E2E_TMP/secrets/secret ]] || head -c 32 /dev/urandom | base64 >"$E2E_TMP/secrets/secret"
+	chmod 600 "$E2E_TMP/secrets/secret"
+	for ((i = 0; i < E2E_NODES; i++)); do
+		dir=$(e2e_node_dir "$i")
+		DOCKER="${E2E_DOCKER[i]}" PLUGIN_DIR="${E2E_PLUGIN_DIR:-$E2E_ROOT/build/plugin}" \
+			PLUGIN_SETTINGS="state.source=$dir/pstate secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$i") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$i") ${E2E_PLUGIN_SETTINGS:-}" \
+			bash "$E2E_ROOT/plugin/install.sh" "$name" || return 1
+	done
+}
+
+# e2e_plugin_log I [LINES]: the plugin's lines in node I's dockerd log.
+e2e_plugin_log() {
+	local i=$1 n=${2:-60}
+	grep -E 'plugin=[0-9a-f]{64}' "$(e2e_node_dir "$i")/dockerd.log" | tail -n "$n" \
+		| sed -E 's/^time="[^"]*" level=[a-z]+ msg="//; s/" plugin=[0-9a-f]{64}$//; s/\\"/"/g'
+}
+
+# ---------------------------------------------------------------- diagnostics
+
+e2e_dump_logs() {
+	local i n=${1:-40} dir
+	for ((i = 0; i < ${#E2E_DOCKERD_PIDS[@]}; i++)); do
+		dir=$(e2e_node_dir "$i")
+		[[ -f $dir/dockerd.log ]] || continue
+		log "---- $(e2e_node_name "$i"): last $n lines of dockerd.log (without plugin lines) ----"
+		grep -vE 'plugin=[0-9a-f]{64}' "$dir/dockerd.log" | tail -n "$n" | sed 's/^/    | /' >&2
+		if grep -qE 'plugin=[0-9a-f]{64}' "$dir/dockerd.log"; then
+			log "---- $(e2e_node_name "$i"): last $n plugin log lines ----"
+			e2e_plugin_log "$i" "$n" | sed 's/^/    | /' >&2
+		fi
+	done
+}
+
+# ---------------------------------------------------------------- cleanup
+
+# _e2e_descendants PID...: the PIDs and all their descendants.
+_e2e_descendants() {
+	local -a todo=("$@") out=() kids
+	local p
+	while ((${#todo[@]})); do
+		p=${todo[0]}; todo=("${todo[@]:1}")
+		out+=("$p")
+		mapfile -t kids < <(pgrep -P "$p" 2>/dev/null)
+		todo+=("${kids[@]}")
+	done
+	printf '%s\n' "${out[@]}"
+}
+
+# _e2e_ns_pids NS: every process in network namespace NS and its descendants
+# (containers live in namespaces of their own under the shims).
+_e2e_ns_pids() {
+	local -a p
+	mapfile -t p < <(ip netns pids "$1" 2>/dev/null)
+	((${#p[@]})) || return 0
+	_e2e_descendants "${p[@]}" | sort -un
+}
+
+_e2e_kill_pids() {   # SIG PID...
+	local sig=$1 p; shift
+	for p in "$@"; do kill "-$sig" "$p" 2>/dev/null || true; done
+}
+
+# e2e_stop_node I: remove containers, leave the swarm, stop dockerd by PID
+# (it stops its containerd), then anything left in the node namespace.
+e2e_stop_node() {
+	local i=$1 pid=${E2E_DOCKERD_PIDS[$1]:-} ns end left
+	ns=$(e2e_node_ns "$i")
+	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+		local ids
+		ids=$(e2e_dkt 10 "$i" ps -aq 2>/dev/null)
+		[[ -z $ids ]] || e2e_dkt 30 "$i" rm -f $ids >/dev/null 2>&1
+		e2e_dkt 20 "$i" swarm leave --force >/dev/null 2>&1
+		local pl
+		for pl in $(e2e_dkt 10 "$i" plugin ls -q 2>/dev/null); do
+			e2e_dkt 30 "$i" plugin rm -f "$pl" >/dev/null 2>&1
+		done
+		log "stopping dockerd $(e2e_node_name "$i") (pid $pid)"
+		kill -TERM "$pid" 2>/dev/null || true
+		end=$((SECONDS + 30))
+		while kill -0 "$pid" 2>/dev/null && ((SECONDS < end)); do sleep 0.3; done
+		if kill -0 "$pid" 2>/dev/null; then
+			warn "dockerd $pid still running after 30 s: SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	fi
+	# Whatever outlived it in the node namespace (containerd, shims, plugin,
+	# containers): all started by this run, killed by PID.
+	mapfile -t left < <(_e2e_ns_pids "$ns")
+	if ((${#left[@]})); then
+		log "$(e2e_node_name "$i"): terminating ${#left[@]} leftover process(es): $(ps -o pid=,comm= -p "$(IFS=,; echo "${left[*]}")" | tr -s ' \n' ' ')"
+		_e2e_kill_pids TERM "${left[@]}"
+		end=$((SECONDS + 10))
+		while ((SECONDS < end)); do
+			mapfile -t left < <(_e2e_ns_pids "$ns")
+			((${#left[@]})) || break
+			sleep 0.3
+		done
+		((${#left[@]})) && _e2e_kill_pids KILL "${left[@]}"
+	fi
+}
+
+# e2e_cleanup: idempotent; safe at any stage of setup.
+e2e_cleanup() {
+	((_E2E_CLEANED)) && return 0
+	_E2E_CLEANED=1
+	set +e
+	log "cleanup"
+	local i ns d
+	# Services and networks first (manager), so the plugins see their teardown.
+	local svcs
+	if ((${#E2E_DOCKER[@]})) && e2e_dkt 10 0 info >/dev/null 2>&1; then
+		svcs=$(e2e_dkt 10 0 service ls -q 2>/dev/null)
+		[[ -z $svcs ]] || e2e_dkt 30 0 service rm $svcs >/dev/null 2>&1
+	fi
+	for ((i = ${#E2E_DOCKERD_PIDS[@]} - 1; i >= 0; i--)); do
+		e2e_stop_node "$i"
+	done
+	for ((i = 0; i < E2E_NODES; i++)); do
+		ns=$(e2e_node_ns "$i")
+		ip netns pids "$ns" >/dev/null 2>&1 && [[ -n $(_e2e_ns_pids "$ns") ]] && e2e_stop_node "$i"
+	done
+	for ((i = ${#_E2E_NETNS[@]} - 1; i >= 0; i--)); do
+		ip netns del "${_E2E_NETNS[i]}" 2>/dev/null || warn "ip netns del ${_E2E_NETNS[i]} failed"
+	done
+	for ((i = 0; i < E2E_NODES; i++)); do rm -f "$(e2e_node_sock "$i")"; done
+	for ((i = ${#_E2E_CREATED_DIRS[@]} - 1; i >= 0; i--)); do
+		rmdir "${_E2E_CREATED_DIRS[i]}" 2>/dev/null
+	done
+	if [[ -n $E2E_TMP && -d $E2E_TMP ]]; then
+		if findmnt -rn -o TARGET | grep -qF "$E2E_TMP"; then
+			warn "mounts left under $E2E_TMP: $(findmnt -rn -o TARGET | grep -F "$E2E_TMP" | tr '\n' ' ')"
+			findmnt -rn -o TARGET | grep -F "$E2E_TMP" | sort -r | while read -r d; do umount -l "$d"; done
+		fi
+		if [[ -n ${E2E_KEEP_TMP:-} ]]; then
+			log "keeping $E2E_TMP (E2E_KEEP_TMP set)"
+		else
+			rm -rf "$E2E_TMP"
+		fi
+	fi
+	log "cleanup done"
+}
+
+# e2e_setup: everything up to a ready swarm with the image on every node.
+e2e_setup() {
+	[[ $EUID -eq 0 ]] || die "run as root"
+	e2e_install_packages
+	e2e_make_tmp
+	e2e_topology
+	e2e_start_nodes
+	e2e_swarm
+	e2e_build_image
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# scripts/e2e/vagrant-run.sh: the Vagrant counterpart of scripts/e2e-docker.sh,
+# run as root on the LAST VM (it drives the others over ssh) from the synced
+# checkout. Real hosts, real kernels with ESP: encrypted networks must work.
+#
+#   E2E_NODE_ADDRS  underlay addresses, manager first (e.g. "192.168.56.11 192.168.56.12 192.168.56.13");
+#                   the address of this VM is driven locally, the others
+#                   through `docker -H ssh://root@ADDR` and `ssh root@ADDR`
+#   E2E_PLUGIN      plugin name (default overlay:e2e)
+#
+# Prints PASS/FAIL per check and "e2e: N passed, M failed"; exits non-zero on
+# failure. Leaves the swarm and the plugin in place for inspection
+# (`vagrant destroy` is the cleanup).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/e2e/lib.sh
+source "$here/lib.sh"
+# shellcheck source=scripts/e2e/checks.sh
+source "$here/checks.sh"
+
+: "${E2E_PLUGIN:=overlay:e2e}"
+: "${E2E_NODE_ADDRS:?set E2E_NODE_ADDRS}"
+export E2E_EXPECT_ESP=1
+read -ra addrs <<<"$E2E_NODE_ADDRS"
+E2E_NODES=${#addrs[@]}
+local_addrs=" $(hostname -I) "
+
+# e2e_sshx USER@HOST CMD...: CMD on another VM, its words quoted for the
+# remote shell (E2E_HOSTX entries are word-split and run as CMD prefixes).
+e2e_sshx() {
+	local h=$1; shift
+	ssh -o BatchMode=yes "$h" "$(printf '%q ' "$@")"
+}
+
+E2E_DOCKER=() E2E_HOSTX=()
+for ((i = 0; i < E2E_NODES; i++)); do
+	if [[ $local_addrs == *" ${addrs[i]} "* ]]; then
+		E2E_DOCKER[i]="docker"
+		E2E_HOSTX[i]="env"
+	else
+		E2E_DOCKER[i]="docker -H ssh://root@${addrs[i]}"
+		E2E_HOSTX[i]="e2e_sshx root@${addrs[i]}"
+	fi
+done
+e2e_node_log() { e2e_hx "$1" journalctl -u docker --no-pager -o cat --since "-30min"; }
+E2E_NODE_LOG=e2e_node_log
+e2e_on_fail() {
+	local i
+	for ((i = 0; i < E2E_NODES; i++)); do
+		log "---- ${addrs[i]}: last plugin lines ----"
+		e2e_node_log "$i" | grep -E 'plugin=[0-9a-f]{64}' | tail -n 30 | sed 's/^/    | /' >&2
+	done
+}
+E2E_ON_FAIL=e2e_on_fail
+
+E2E_TMP=$(mktemp -d /tmp/oe.XXXXXX)
+trap 'rm -rf "$E2E_TMP"' EXIT
+T0=$SECONDS
+
+log "build: make build, plugin/build.sh"
+make -C "$E2E_ROOT" build >&2 || die "make build failed"
+bash "$E2E_ROOT/plugin/build.sh" >&2 || die "plugin/build.sh failed"
+
+log "swarm: manager ${addrs[0]}"
+if [[ $(e2e_dk 0 info -f '{{.Swarm.LocalNodeState}}') != active ]]; then
+	e2e_dk 0 swarm init --advertise-addr "${addrs[0]}" --listen-addr "${addrs[0]}:2377" >/dev/null || die "swarm init"
+fi
+token=$(e2e_dk 0 swarm join-token -q worker)
+for ((i = 1; i < E2E_NODES; i++)); do
+	[[ $(e2e_dk "$i" info -f '{{.Swarm.LocalNodeState}}') == active ]] && continue
+	e2e_dk "$i" swarm join --token "$token" --advertise-addr "${addrs[i]}" --listen-addr "${addrs[i]}:2377" \
+		"${addrs[0]}:2377" >/dev/null || die "swarm join ${addrs[i]}"
+done
+e2e_wait 60 "swarm nodes Ready" _e2e_nodes_ready || die "swarm did not form"
+
+e2e_build_image
+for ((i = 0; i < E2E_NODES; i++)); do
+	# The host directories the plugin mounts (the secret was provisioned).
+	e2e_hx "$i" mkdir -p /var/lib/overlay-plugin || die "mkdir on ${addrs[i]}"
+	DOCKER="${E2E_DOCKER[i]}" PLUGIN_SETTINGS="OVERLAY_LOG_LEVEL=debug ${E2E_PLUGIN_SETTINGS:-}" \
+		bash "$E2E_ROOT/plugin/install.sh" "$E2E_PLUGIN" || die "plugin install on ${addrs[i]}"
+done
+
+e2e_run_check builtin_overlay check_builtin_overlay "${E2E_DOCKER[@]}"
+e2e_plugin_checks "${E2E_DOCKER[@]}"
+log "total time $((SECONDS - T0))s"
+e2e_summary
