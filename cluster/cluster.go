@@ -562,7 +562,7 @@ func (c *Cluster) sweepLoop() {
 		}
 		c.mu.Lock()
 		c.st.sweep(c.clock())
-		dirty := len(c.st.dirty) > 0
+		dirty := c.st.hasDirty()
 		c.pruneCandidatesLocked()
 		c.mu.Unlock()
 		if dirty {

@@ -518,6 +518,9 @@ func TestNewValidates(t *testing.T) {
 func TestNodeData(t *testing.T) {
 	h := newHarness(t)
 	h.grace = time.Second
+	// No push/pull within the test: the meta update alone must deliver
+	// (it once waited for the next push/pull to wake the delivery).
+	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour }
 	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
 	waitMembers(t, nodes, 3)
 	want := func(d string) func() error {

@@ -46,7 +46,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		c.st.apply(r, srcGossip, now)
 	}
 	c.flushLocked()
-	dirty := len(c.st.dirty) > 0
+	dirty := c.st.hasDirty()
 	c.mu.Unlock()
 	if dirty {
 		c.wake(c.deliverCh)
@@ -135,7 +135,7 @@ func (e *events) up(n *memberlist.Node, msg string) {
 		cand.lastAlive = now
 	}
 	c.numAlive.Store(int64(c.st.aliveCount()))
-	dirty := len(c.st.dirty) > 0
+	dirty := c.st.hasDirty()
 	c.mu.Unlock()
 	if dirty {
 		c.wake(c.deliverCh)

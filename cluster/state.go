@@ -583,6 +583,10 @@ func (s *state) setData(m *member, data []byte) {
 	}
 }
 
+// hasDirty reports whether the delivery goroutine has work: endpoint
+// changes or node data changes.
+func (s *state) hasDirty() bool { return len(s.dirty) > 0 || len(s.dataDirty) > 0 }
+
 // nodeData is a member's node data on its way to the NodeData callback.
 type nodeData struct {
 	vtep netip.Addr
