@@ -263,6 +263,11 @@ func New(cfg Config) (*Cluster, error) {
 	c.sweepInt = min(max(min(cfg.DeadGrace, cfg.TombstoneTTL)/20, 5*time.Millisecond), time.Second)
 
 	mc := memberlist.DefaultLANConfig()
+	// Anti-entropy repairs whatever a burst of broadcasts missed (memberlist
+	// may spend a message's few transmissions on one peer); the LAN default
+	// of 30 s left hosts stale that long under churn. The table is small,
+	// about 64 bytes a record before compression.
+	mc.PushPullInterval = 10 * time.Second
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertiseAddr = adv.String()

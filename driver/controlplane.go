@@ -28,10 +28,20 @@ type ControlPlane interface {
 }
 
 // SetControlPlane connects the control plane, which may start after the
-// driver serves (it needs the settled advertise address): the networks and
-// joined endpoints that exist by then are announced to it.
+// driver serves (it needs the settled advertise address): the swarm nodes
+// Docker reported, and the networks and joined endpoints that exist by
+// then, are announced to it.
 func (d *Driver) SetControlPlane(cp ControlPlane) {
 	d.cp.Store(&cp)
+	d.mu.Lock()
+	nodes := make([]netip.Addr, 0, len(d.nodes))
+	for a := range d.nodes {
+		nodes = append(nodes, a)
+	}
+	d.mu.Unlock()
+	for _, a := range nodes {
+		cp.NodeHint(a)
+	}
 	for _, id := range d.networkIDs() {
 		n := d.lockNetwork(id)
 		if n == nil {

@@ -88,12 +88,16 @@ func TestLateControlPlaneLearnsExistingEndpoints(t *testing.T) {
 	must(t, err)
 	_, err = d.CreateEndpoint(endpointReq("n1", "e2", 2)) // not joined: not published
 	must(t, err)
+	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.7"}}))
+	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.8"}}))
+	must(t, d.DiscoverDelete(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.8"}}))
 	cp := &recordingCP{}
 	d.SetControlPlane(cp)
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	if !slices.Equal(cp.added, []string{"n1"}) || !slices.Equal(cp.published, []string{"n1/e1"}) {
-		t.Fatalf("late control plane: added %v published %v", cp.added, cp.published)
+	if !slices.Equal(cp.added, []string{"n1"}) || !slices.Equal(cp.published, []string{"n1/e1"}) ||
+		!slices.Equal(cp.hints, []netip.Addr{netip.MustParseAddr("198.51.100.7")}) {
+		t.Fatalf("late control plane: added %v published %v hints %v", cp.added, cp.published, cp.hints)
 	}
 }
 

@@ -57,20 +57,31 @@ func (d *Driver) DiscoverNew(n *api.DiscoveryNotification) error {
 		return nil
 	}
 	d.log.Debug("docker reports a swarm node", "addr", nd.Address)
+	// Kept for a control plane that starts later (SetControlPlane replays
+	// them): Docker says this once, at start-up, which may be before it.
+	d.mu.Lock()
+	d.nodes[nd.Address] = true
+	d.mu.Unlock()
 	if cp := d.controlPlane(); cp != nil {
 		cp.NodeHint(nd.Address)
 	}
 	return nil
 }
 
-// DiscoverDelete is accepted and validated; node departures need no action
-// from the driver itself.
+// DiscoverDelete forgets a node Docker no longer reports; the control plane
+// learns departures from gossip itself.
 func (d *Driver) DiscoverDelete(n *api.DiscoveryNotification) error {
 	if n.DiscoveryType != discoveryNode {
 		return nil
 	}
-	_, err := parseNodeDiscovery(n)
-	return err
+	nd, err := parseNodeDiscovery(n)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	delete(d.nodes, nd.Address)
+	d.mu.Unlock()
+	return nil
 }
 
 // ProgramExternalConnectivity: overlay networks give no external

@@ -103,7 +103,7 @@ type Driver struct {
 	// than under mu: it is read under network locks on every join.
 	cp atomic.Pointer[ControlPlane]
 
-	// mu guards networks, vtep and discovered. Bottom of the lock order:
+	// mu guards networks, vtep, discovered and nodes. Bottom of the lock order:
 	// hold nothing else's lock while taking it and call nothing while
 	// holding it.
 	mu       sync.Mutex
@@ -115,6 +115,8 @@ type Driver struct {
 	// selfKnown is closed when it is first set.
 	discovered netip.Addr
 	selfKnown  chan struct{}
+	// nodes are the other swarm nodes Docker reported.
+	nodes map[netip.Addr]bool
 }
 
 // New returns a driver with the networks and endpoints of the previous run
@@ -142,6 +144,7 @@ func New(cfg Config) (*Driver, error) {
 		port:      cfg.VXLANPort,
 		log:       log,
 		networks:  map[string]*network{},
+		nodes:     map[netip.Addr]bool{},
 		vtepSet:   make(chan struct{}),
 		selfKnown: make(chan struct{}),
 	}

@@ -141,9 +141,17 @@ func TestCreateEndpointValidation(t *testing.T) {
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
 	resp, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
 	must(t, err)
-	if resp.Interface == nil || resp.Interface.MacAddress == "" {
-		t.Fatal("no MAC assigned when Docker gave none")
+	// Derived from the IPv4 address (10.1.0.11), so a reused address keeps it.
+	if resp.Interface == nil || resp.Interface.MacAddress != "02:42:0a:01:00:0b" {
+		t.Fatalf("assigned MAC %+v, want 02:42:0a:01:00:0b", resp.Interface)
 	}
+	v6only := &api.CreateEndpointRequest{NetworkID: "n1", EndpointID: "e6", Interface: &api.EndpointInterface{AddressIPv6: "fd00:1::1:2/64"}}
+	resp, err = d.CreateEndpoint(v6only)
+	must(t, err)
+	if resp.Interface.MacAddress != "02:42:00:01:00:02" {
+		t.Fatalf("IPv6-only MAC %s, want 02:42:00:01:00:02", resp.Interface.MacAddress)
+	}
+	must(t, d.DeleteEndpoint(&api.DeleteEndpointRequest{NetworkID: "n1", EndpointID: "e6"}))
 	given := endpointReq("n1", "e2", 2)
 	given.Interface.MacAddress = "02:42:0a:01:00:0c"
 	resp, err = d.CreateEndpoint(given)

@@ -59,7 +59,7 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 	var mac hwaddr.MAC
 	assigned := req.Interface.MacAddress == ""
 	if assigned {
-		mac = hwaddr.Random()
+		mac = macFor(addrs)
 	} else if mac, err = hwaddr.Parse(req.Interface.MacAddress); err != nil {
 		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrInvalid, req.EndpointID, err)
 	} else if mac.IsZero() || mac[0]&1 == 1 {
@@ -235,6 +235,24 @@ func (d *Driver) lockEndpoint(nid, eid string) (*network, *endpoint, error) {
 		return nil, nil, fmt.Errorf("endpoint %s in network %s: %w", eid, nid, ErrNotFound)
 	}
 	return n, ep, nil
+}
+
+// macFor derives an endpoint's MAC from its address, as Docker's overlay
+// does (02:42 and the IPv4 address; for IPv6-only endpoints, its last four
+// bytes): a container that reuses an address keeps the MAC, so peers'
+// neighbour caches stay right. Addresses are unique in a network, and so
+// are the MACs.
+func macFor(addrs []netip.Prefix) hwaddr.MAC {
+	a := addrs[0].Addr()
+	for _, p := range addrs {
+		if p.Addr().Is4() {
+			a = p.Addr()
+		}
+	}
+	b := a.AsSlice()
+	m := hwaddr.MAC{0x02, 0x42}
+	copy(m[2:], b[len(b)-4:])
+	return m
 }
 
 // parseAddrs parses the CIDR addresses Docker gives an endpoint.

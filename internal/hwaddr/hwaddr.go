@@ -3,7 +3,6 @@
 package hwaddr
 
 import (
-	"crypto/rand"
 	"fmt"
 	"net"
 )
@@ -29,14 +28,6 @@ func FromHardwareAddr(hw net.HardwareAddr) (MAC, bool) {
 		return MAC{}, false
 	}
 	return MAC(hw), true
-}
-
-// Random returns a locally administered unicast address.
-func Random() MAC {
-	var m MAC
-	_, _ = rand.Read(m[:]) // crypto/rand.Read never fails on Linux
-	m[0] = (m[0] &^ 0x01) | 0x02
-	return m
 }
 
 // IsZero reports the all-zero address, which VXLAN FDBs use for flooding.
