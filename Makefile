@@ -7,12 +7,18 @@ BIN     := bin/overlay-plugin
 # Static, reproducible-path binary: the managed plugin's rootfs has no libc.
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-unit test-vm vm-smoke plugin plugin-install e2e-docker vet clean
+.PHONY: all build demo test test-unit test-vm vm-smoke plugin plugin-install e2e-docker vet clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/overlay-plugin
+
+# The main job: three hosts (network namespaces) on this machine, each
+# running the real plugin with gossip, a network, a container per host
+# reaching every other across hosts; everything is removed on exit (root).
+demo: build
+	bash scripts/demo.sh
 
 # The whole suite. Tests that need root (namespaces, netlink) skip with a
 # printed reason when not root; CI is root, so there they run.

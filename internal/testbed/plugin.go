@@ -126,6 +126,11 @@ type PluginConfig struct {
 	Env []string
 	// StartTimeout bounds the wait for the sockets and /healthz.
 	StartTimeout time.Duration
+	// OnSocket, if set, is called once as soon as the Docker API socket
+	// exists, before /healthz is awaited: dockerd calls a plugin the moment
+	// its socket appears (calls made before the plugin is ready wait for
+	// it). An error fails StartPlugin.
+	OnSocket func(*Plugin) error
 }
 
 // Plugin is a running (or exited) plugin process on a host. Its files live
@@ -250,13 +255,13 @@ func (h *Host) StartPlugin(cfg PluginConfig) (*Plugin, error) {
 	if timeout == 0 {
 		timeout = PluginStartTimeout
 	}
-	if err := p.waitReady(timeout); err != nil {
+	if err := p.waitReady(timeout, cfg.OnSocket); err != nil {
 		return p, fmt.Errorf("plugin on %s (pid %d) not ready: %w\n--- log tail ---\n%s", h.Name, p.Pid(), err, p.LogTail(40))
 	}
 	return p, nil
 }
 
-func (p *Plugin) waitReady(timeout time.Duration) error {
+func (p *Plugin) waitReady(timeout time.Duration, onSocket func(*Plugin) error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
@@ -265,6 +270,15 @@ func (p *Plugin) waitReady(timeout time.Duration) error {
 			return fmt.Errorf("exited during start-up: %s", exitText(p.waitErr))
 		default:
 		}
+		if onSocket != nil {
+			if st, err := os.Stat(p.Socket); err == nil && st.Mode()&os.ModeSocket != 0 {
+				f := onSocket
+				onSocket = nil
+				if err := f(p); err != nil {
+					return fmt.Errorf("OnSocket: %w", err)
+				}
+			}
+		}
 		last = p.readyOnce()
 		if last == nil {
 			return nil
@@ -272,7 +286,11 @@ func (p *Plugin) waitReady(timeout time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("after %v: %w", timeout, last)
 		}
-		time.Sleep(50 * time.Millisecond)
+		if onSocket != nil {
+			time.Sleep(time.Millisecond) // catch the socket early, as dockerd does
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 

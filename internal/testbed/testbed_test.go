@@ -278,7 +278,30 @@ func TestPluginLifecycle(t *testing.T) {
 		return p
 	}
 
-	p := start("normal")
+	// OnSocket runs once, as soon as the Docker socket exists.
+	var onSocket int
+	p, err := h.StartPlugin(PluginConfig{Bin: self, Env: []string{"TESTBED_FAKE_PLUGIN=normal"},
+		OnSocket: func(p *Plugin) error {
+			onSocket++
+			_, err := p.API.Capabilities()
+			return err
+		}})
+	if err != nil || onSocket != 1 {
+		t.Fatalf("StartPlugin with OnSocket: %v, called %d times", err, onSocket)
+	}
+	if err := p.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	p, err = h.StartPlugin(PluginConfig{Bin: self, Env: []string{"TESTBED_FAKE_PLUGIN=normal"},
+		OnSocket: func(*Plugin) error { return fmt.Errorf("boom") }})
+	if err == nil || !strings.Contains(err.Error(), "OnSocket: boom") {
+		t.Fatalf("StartPlugin with a failing OnSocket: %v", err)
+	}
+	if err := p.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+
+	p = start("normal")
 	// The process runs in the host's namespace.
 	pns, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", p.Pid()))
 	if err != nil {
@@ -301,6 +324,16 @@ func TestPluginLifecycle(t *testing.T) {
 	}
 	if nets, err := p.Admin.Networks(); err != nil || len(nets) != 0 {
 		t.Fatalf("Networks = %v, %v", nets, err)
+	}
+	if body, err := p.AdminGet("/v1/networks"); err != nil || strings.TrimSpace(string(body)) != "[]" {
+		t.Fatalf("AdminGet(/v1/networks) = %q, %v", body, err)
+	}
+	var raw []json.RawMessage
+	if err := p.AdminJSON("/v1/networks", &raw); err != nil || len(raw) != 0 {
+		t.Fatalf("AdminJSON(/v1/networks) = %v, %v", raw, err)
+	}
+	if _, err := p.AdminGet("/v1/nosuch"); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+		t.Fatalf("AdminGet of an unknown path: %v, want an HTTP 404 error", err)
 	}
 	if err := p.Stop(0); err != nil {
 		t.Fatalf("Stop: %v", err)
