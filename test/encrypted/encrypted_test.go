@@ -63,51 +63,29 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
-func TestMain(m *testing.M) {
-	if testbed.Check() == nil {
-		if err := testbed.SweepStale(); err != nil {
-			fmt.Fprintf(os.Stderr, "encrypted: sweeping namespaces of dead runs: %v\n", err)
-		}
-	}
-	code := m.Run()
-	if err := testbed.Sweep(); err != nil {
-		fmt.Fprintf(os.Stderr, "encrypted: namespaces left by this run could not be removed: %v\n", err)
-		code = cmp.Or(code, 1)
-	}
-	testbed.RemoveBuiltPlugin()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m, "encrypted") }
 
-var (
-	checkOnce sync.Once
-	checkErr  error
-)
+var espReq = testbed.NewRequirement("encrypted",
+	func() error {
+		if _, err := exec.LookPath("nft"); err != nil {
+			return errors.New("needs nft (nftables) in PATH to read the hosts' firewall tables")
+		}
+		return nil
+	},
+	func() error {
+		start := time.Now()
+		if err := probeESP(); err != nil {
+			return err
+		}
+		fmt.Printf("encrypted: kernel does ESP with %s (probe SA took %v)\n", encryption.AEADName, time.Since(start).Round(time.Millisecond))
+		return nil
+	})
 
 // requireESP skips unless the machine can host the testbed and its kernel
-// does ESP with AES-GCM, printing the reason even without -v.
+// does ESP with AES-GCM.
 func requireESP(t *testing.T) {
 	t.Helper()
-	checkOnce.Do(func() {
-		checkErr = testbed.Check()
-		if checkErr == nil {
-			if _, err := exec.LookPath("nft"); err != nil {
-				checkErr = errors.New("needs nft (nftables) in PATH to read the hosts' firewall tables")
-			}
-		}
-		if checkErr == nil {
-			start := time.Now()
-			checkErr = probeESP()
-			if checkErr == nil {
-				fmt.Printf("encrypted: kernel does ESP with %s (probe SA took %v)\n", encryption.AEADName, time.Since(start).Round(time.Millisecond))
-			}
-		}
-		if checkErr != nil {
-			fmt.Printf("encrypted: SKIP all tests: %v\n", checkErr)
-		}
-	})
-	if checkErr != nil {
-		t.Skipf("cannot run: %v", checkErr)
-	}
+	espReq.Require(t)
 }
 
 // probeESP asks the plugin's own probe (adding and removing an ESP state

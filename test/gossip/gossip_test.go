@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -43,46 +44,18 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 )
 
-func TestMain(m *testing.M) {
-	if testbed.Check() == nil {
-		if err := testbed.SweepStale(); err != nil {
-			fmt.Fprintf(os.Stderr, "gossip: sweeping namespaces of dead runs: %v\n", err)
-		}
-	}
-	code := m.Run()
-	if err := testbed.Sweep(); err != nil {
-		fmt.Fprintf(os.Stderr, "gossip: namespaces left by this run could not be removed: %v\n", err)
-		code = cmp.Or(code, 1)
-	}
-	testbed.RemoveBuiltPlugin()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m, "gossip") }
 
-var (
-	checkOnce sync.Once
-	checkErr  error
-)
+var testbedReq = testbed.NewRequirement("gossip", func() error {
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		return errors.New("needs util-linux's nsenter to read sandbox tables")
+	}
+	return nil
+})
 
-// requireTestbed skips unless the machine can host the testbed, printing
-// the reason even without -v.
 func requireTestbed(t *testing.T) {
 	t.Helper()
-	checkOnce.Do(func() {
-		checkErr = testbed.Check()
-		if checkErr == nil {
-			if _, err := os.Stat("/usr/bin/nsenter"); err != nil {
-				if _, err2 := os.Stat("/bin/nsenter"); err2 != nil {
-					checkErr = errors.New("needs util-linux's nsenter to read sandbox tables")
-				}
-			}
-		}
-		if checkErr != nil {
-			fmt.Printf("gossip: SKIP all tests: %v\n", checkErr)
-		}
-	})
-	if checkErr != nil {
-		t.Skipf("testbed unavailable: %v", checkErr)
-	}
+	testbedReq.Require(t)
 }
 
 // The overlay's address plan, as swarm's IPAM would hand it out.

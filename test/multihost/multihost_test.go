@@ -16,10 +16,8 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,39 +29,13 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
-func TestMain(m *testing.M) {
-	if testbed.Check() == nil {
-		if err := testbed.SweepStale(); err != nil {
-			fmt.Fprintf(os.Stderr, "multihost: sweeping namespaces of dead runs: %v\n", err)
-		}
-	}
-	code := m.Run()
-	if err := testbed.Sweep(); err != nil {
-		fmt.Fprintf(os.Stderr, "multihost: namespaces left by this run could not be removed: %v\n", err)
-		code = cmp.Or(code, 1)
-	}
-	testbed.RemoveBuiltPlugin()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbed.Main(m, "multihost") }
 
-var (
-	checkOnce sync.Once
-	checkErr  error
-)
+var testbedReq = testbed.NewRequirement("multihost")
 
-// requireTestbed skips unless the machine can host the testbed, printing
-// the reason even without -v.
 func requireTestbed(t *testing.T) {
 	t.Helper()
-	checkOnce.Do(func() {
-		checkErr = testbed.Check()
-		if checkErr != nil {
-			fmt.Printf("multihost: SKIP all tests: %v\n", checkErr)
-		}
-	})
-	if checkErr != nil {
-		t.Skipf("testbed unavailable: %v", checkErr)
-	}
+	testbedReq.Require(t)
 }
 
 // The overlay's address plan, as swarm's IPAM would hand it out.

@@ -1,0 +1,503 @@
+package scale
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.etcd.io/bbolt"
+
+	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/vni"
+)
+
+// Addressing. Node i gossips at 192.168.0.0+1+i:7947 and uses that address
+// as its VTEP; endpoint g (global index, node g/perNode) has 10.0.0.0+2+g
+// in the network's 10.0.0.0/8 pool and Docker's MAC for it, 02:42:<IPv4>.
+const (
+	gossipPort  = cluster.DefaultBindPort
+	vxlanPort   = 4789
+	vtepBase    = 0xC0A80001 // 192.168.0.1
+	epBase      = 0x0A000002 // 10.0.0.2
+	poolCIDR    = "10.0.0.0/8"
+	gatewayCIDR = "10.0.0.1/8"
+	// genericOptionsKey is where Docker puts the options AllocateNetwork
+	// returned when it calls CreateNetwork on every node.
+	genericOptionsKey = "com.docker.network.generic"
+)
+
+func u32Addr(v uint32) netip.Addr {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return netip.AddrFrom4(b)
+}
+
+func nodeIP(i int) netip.Addr { return u32Addr(vtepBase + uint32(i)) }
+func epIP(g int) netip.Addr   { return u32Addr(epBase + uint32(g)) }
+func nodeName(i int) string   { return fmt.Sprintf("host%03d", i) }
+func epMAC(g int) hwaddr.MAC {
+	ip := epIP(g).As4()
+	return hwaddr.MAC{0x02, 0x42, ip[0], ip[1], ip[2], ip[3]}
+}
+func hexID(kind string, i int) string {
+	// Docker's ids are 64 random hex digits; a hash gives the same entropy
+	// (which matters to the codec's packing and memberlist's compression).
+	s := sha256.Sum256(fmt.Appendf(nil, "%s-%d", kind, i))
+	return hex.EncodeToString(s[:])
+}
+
+// tracker records, for every (node, endpoint), when the endpoint's
+// neighbour entry first appeared in that node's sandbox, and for every
+// endpoint when the last other node programmed it. All times are
+// nanoseconds on the monotonic clock since t0 (never 0 once set).
+type tracker struct {
+	t0       time.Time
+	nodes    int
+	perNode  int
+	eps      int
+	joinAt   []atomic.Int64 // by endpoint: just before its Join
+	progAt   []atomic.Int64 // by node*eps + endpoint: first SetNeighbor
+	count    []atomic.Int32 // by endpoint: other nodes that programmed it
+	doneAt   []atomic.Int64 // by endpoint: when count reached nodes-1
+	complete atomic.Int64   // endpoints programmed on every other node
+
+	// Calls the scenario should not cause (entries for IPs that are no
+	// endpoint's, or for a host's own endpoint), and neighbour deletions
+	// (only if a remote endpoint was withdrawn, e.g. its owner purged).
+	foreignIP, ownIP, deletes atomic.Int64
+}
+
+func newTracker(nodes, perNode int) *tracker {
+	e := nodes * perNode
+	return &tracker{
+		t0: time.Now(), nodes: nodes, perNode: perNode, eps: e,
+		joinAt: make([]atomic.Int64, e),
+		progAt: make([]atomic.Int64, nodes*e),
+		count:  make([]atomic.Int32, e),
+		doneAt: make([]atomic.Int64, e),
+	}
+}
+
+func (tr *tracker) now() int64 { return int64(time.Since(tr.t0)) + 1 }
+
+func (tr *tracker) epIndex(ip netip.Addr) int {
+	if !ip.Is4() {
+		return -1
+	}
+	b := ip.As4()
+	v := binary.BigEndian.Uint32(b[:]) - epBase
+	if v >= uint32(tr.eps) {
+		return -1
+	}
+	return int(v)
+}
+
+// programmed notes that node programmed the neighbour entry for ip.
+func (tr *tracker) programmed(node int, ip netip.Addr) {
+	g := tr.epIndex(ip)
+	switch {
+	case g < 0:
+		tr.foreignIP.Add(1)
+		return
+	case g/tr.perNode == node:
+		tr.ownIP.Add(1)
+		return
+	}
+	now := tr.now()
+	if !tr.progAt[node*tr.eps+g].CompareAndSwap(0, now) {
+		return // replaced an entry it had already
+	}
+	if int(tr.count[g].Add(1)) == tr.nodes-1 {
+		tr.doneAt[g].Store(now)
+		tr.complete.Add(1)
+	}
+}
+
+// kernel operations whose cost is accounted.
+const (
+	opCreateSandbox = iota
+	opAddVeth
+	opSetNeighbor
+	opAddFDB
+	opDeleteNeighbor
+	opDeleteFDB
+	numOps
+)
+
+var opNames = [numOps]string{"CreateSandbox", "AddVeth", "SetNeighbor", "AddFDB", "DeleteNeighbor", "DeleteFDB"}
+
+// opCost accumulates calls and time spent in kernel operations (all nodes).
+type opCost struct{ calls, ns [numOps]atomic.Int64 }
+
+func (c *opCost) add(op int, start time.Time) {
+	c.calls[op].Add(1)
+	c.ns[op].Add(int64(time.Since(start)))
+}
+
+// stampKernel is the fake kernel with a thin layer that timestamps every
+// neighbour entry as it is set (after the fake holds it) and times the
+// mutating calls. Exact: no polling.
+type stampKernel struct {
+	*fakekernel.Kernel
+	node int
+	tr   *tracker
+	cost *opCost
+	fdb  *fdbIndex // nil: the fake's own FDB
+}
+
+func (k *stampKernel) CreateSandbox(s kernel.SandboxSpec) error {
+	defer k.cost.add(opCreateSandbox, time.Now())
+	return k.Kernel.CreateSandbox(s)
+}
+
+func (k *stampKernel) AddVeth(sb string, v kernel.Veth) error {
+	defer k.cost.add(opAddVeth, time.Now())
+	return k.Kernel.AddVeth(sb, v)
+}
+
+func (k *stampKernel) SetNeighbor(sb string, n kernel.Neighbor) error {
+	start := time.Now()
+	err := k.Kernel.SetNeighbor(sb, n)
+	k.cost.add(opSetNeighbor, start)
+	if err == nil {
+		k.tr.programmed(k.node, n.IP)
+	}
+	return err
+}
+
+func (k *stampKernel) DeleteNeighbor(sb string, ip netip.Addr) error {
+	defer k.cost.add(opDeleteNeighbor, time.Now())
+	k.tr.deletes.Add(1)
+	return k.Kernel.DeleteNeighbor(sb, ip)
+}
+
+func (k *stampKernel) AddFDB(sb string, e kernel.FDBEntry) error {
+	defer k.cost.add(opAddFDB, time.Now())
+	if k.fdb != nil {
+		return k.fdb.add(sb, e)
+	}
+	return k.Kernel.AddFDB(sb, e)
+}
+
+func (k *stampKernel) DeleteFDB(sb string, e kernel.FDBEntry) error {
+	defer k.cost.add(opDeleteFDB, time.Now())
+	if k.fdb != nil {
+		return k.fdb.del(sb, e)
+	}
+	return k.Kernel.DeleteFDB(sb, e)
+}
+
+func (k *stampKernel) FDB(sb string) ([]kernel.FDBEntry, error) {
+	if k.fdb != nil {
+		return k.fdb.list(sb)
+	}
+	return k.Kernel.FDB(sb)
+}
+
+func (k *stampKernel) DeleteSandbox(name string) error {
+	err := k.Kernel.DeleteSandbox(name)
+	if err == nil && k.fdb != nil {
+		k.fdb.drop(name)
+	}
+	return err
+}
+
+func (k *stampKernel) RemoveLeftovers(keep func(string) bool) error {
+	err := k.Kernel.RemoveLeftovers(keep)
+	if k.fdb != nil {
+		k.fdb.clear() // nothing to keep: every host starts empty
+	}
+	return err
+}
+
+// fdbIndex keeps the FDB entries with the fake kernel's semantics (a
+// unicast MAC has one destination, adding it again replaces; zero-MAC
+// flood entries accumulate) but indexed by MAC. fakekernel.AddFDB scans
+// every entry of the sandbox to replace a unicast MAC: 0.68 s to add 9,900
+// entries to one sandbox (70 µs a call on average, quadratic in total), so
+// 68 s of CPU for 100 hosts, which alone is more than two cores give the
+// simulation during a 20 s rollout, all of it under the hosts' network
+// locks. Sandboxes, veths and neighbour entries stay in the fake.
+type fdbIndex struct {
+	// mu guards sbs. Leaf lock.
+	mu  sync.Mutex
+	sbs map[string]*sbFDB
+}
+
+type sbFDB struct {
+	uni   map[hwaddr.MAC]netip.Addr
+	flood map[netip.Addr]bool
+}
+
+func newFDBIndex() *fdbIndex { return &fdbIndex{sbs: map[string]*sbFDB{}} }
+
+func (x *fdbIndex) get(sb string) *sbFDB {
+	s := x.sbs[sb]
+	if s == nil {
+		s = &sbFDB{uni: map[hwaddr.MAC]netip.Addr{}, flood: map[netip.Addr]bool{}}
+		x.sbs[sb] = s
+	}
+	return s
+}
+
+func (x *fdbIndex) add(sb string, e kernel.FDBEntry) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.get(sb)
+	if e.MAC.IsZero() {
+		s.flood[e.VTEP] = true
+	} else {
+		s.uni[e.MAC] = e.VTEP
+	}
+	return nil
+}
+
+func (x *fdbIndex) del(sb string, e kernel.FDBEntry) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.get(sb)
+	switch {
+	case e.MAC.IsZero() && s.flood[e.VTEP]:
+		delete(s.flood, e.VTEP)
+	case !e.MAC.IsZero() && s.uni[e.MAC] == e.VTEP && e.VTEP.IsValid():
+		delete(s.uni, e.MAC)
+	default:
+		return fmt.Errorf("fdb %s dst %s in sandbox %q: %w", e.MAC, e.VTEP, sb, kernel.ErrNotFound)
+	}
+	return nil
+}
+
+func (x *fdbIndex) list(sb string) ([]kernel.FDBEntry, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.get(sb)
+	out := make([]kernel.FDBEntry, 0, len(s.uni)+len(s.flood))
+	for m, v := range s.uni {
+		out = append(out, kernel.FDBEntry{MAC: m, VTEP: v})
+	}
+	for v := range s.flood {
+		out = append(out, kernel.FDBEntry{VTEP: v})
+	}
+	return out, nil
+}
+
+func (x *fdbIndex) drop(sb string) {
+	x.mu.Lock()
+	delete(x.sbs, sb)
+	x.mu.Unlock()
+}
+
+func (x *fdbIndex) clear() {
+	x.mu.Lock()
+	clear(x.sbs)
+	x.mu.Unlock()
+}
+
+var _ kernel.Kernel = (*stampKernel)(nil)
+
+type stubUnderlay struct{ addr netip.Addr }
+
+func (u stubUnderlay) DefaultAddr() (netip.Addr, error) { return u.addr, nil }
+func (u stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
+
+// node is one simulated host: a plugin instance's driver and gossip on
+// their own fake kernel and in-memory transport.
+type node struct {
+	i    int
+	ip   netip.Addr
+	fake *fakekernel.Kernel
+	k    *stampKernel
+	d    *driver.Driver
+	c    *cluster.Cluster
+	tr   *memnet.Transport
+	db   *bbolt.DB
+
+	resyncStop, resyncDone chan struct{}
+}
+
+// startNode builds node i's driver (with its own VNI database, as a real
+// plugin has) and its cluster, joining seeds, and connects them.
+func startNode(dir string, net *memnet.Network, p params, tr *tracker, cost *opCost, log *slog.Logger, i int, seeds []string) (*node, error) {
+	n := &node{i: i, ip: nodeIP(i), fake: fakekernel.New()}
+	n.k = &stampKernel{Kernel: n.fake, node: i, tr: tr, cost: cost}
+	if !p.FakeFDB {
+		n.k.fdb = newFDBIndex()
+	}
+	db, err := bbolt.Open(filepath.Join(dir, fmt.Sprintf("%s.db", nodeName(i))), 0o600, nil)
+	if err != nil {
+		return nil, err
+	}
+	n.db = db
+	alloc, err := vni.Open(db, vni.DefaultRange)
+	if err != nil {
+		return n, err
+	}
+	n.d, err = driver.New(driver.Config{
+		Kernel:        n.k,
+		Underlay:      stubUnderlay{n.ip},
+		VNIs:          alloc,
+		AdvertiseAddr: n.ip,
+		VXLANPort:     vxlanPort,
+		Logger:        log,
+	})
+	if err != nil {
+		return n, err
+	}
+	n.tr, err = net.NewTransport(netip.AddrPortFrom(n.ip, gossipPort))
+	if err != nil {
+		return n, err
+	}
+	var key []byte
+	if p.Encrypt {
+		key = make([]byte, 32)
+		copy(key, "scale-simulation-shared-key-0001")
+	}
+	n.c, err = cluster.New(cluster.Config{
+		NodeName:         nodeName(i),
+		BindPort:         gossipPort,
+		AdvertiseAddr:    n.ip,
+		Join:             seeds,
+		SecretKey:        key,
+		Transport:        n.tr,
+		MemberlistConfig: p.tune,
+		Sink:             n.d,
+		Logger:           log,
+	})
+	if err != nil {
+		n.tr.Shutdown()
+		return n, err
+	}
+	n.d.SetControlPlane(n.c)
+	return n, nil
+}
+
+// resyncLoop runs the driver's periodic kernel resync, as serve does,
+// first after offset (hosts are not in step), then every period.
+func (n *node) resyncLoop(offset, period time.Duration, counts *resyncCounts) {
+	n.resyncStop = make(chan struct{})
+	n.resyncDone = make(chan struct{})
+	go func() {
+		defer close(n.resyncDone)
+		t := time.NewTimer(offset)
+		defer t.Stop()
+		for {
+			select {
+			case <-n.resyncStop:
+				return
+			case <-t.C:
+			}
+			a, r, err := n.d.Resync()
+			counts.runs.Add(1)
+			counts.added.Add(int64(a))
+			counts.removed.Add(int64(r))
+			if err != nil {
+				counts.errs.Add(1)
+			}
+			t.Reset(period)
+		}
+	}()
+}
+
+type resyncCounts struct{ runs, added, removed, errs atomic.Int64 }
+
+// close stops the node; a partly built node is closed as far as it got.
+func (n *node) close() {
+	if n.resyncStop != nil {
+		close(n.resyncStop)
+		<-n.resyncDone
+		n.resyncStop = nil
+	}
+	if n.c != nil {
+		n.c.Close()
+	}
+	if n.d != nil {
+		n.d.Close()
+	}
+	if n.db != nil {
+		n.db.Close()
+	}
+}
+
+// tune applies the run's memberlist timers on top of the cluster's
+// configuration (memberlist.DefaultLANConfig).
+func (p params) tune(c *memberlist.Config) {
+	if p.GossipInterval > 0 {
+		c.GossipInterval = p.GossipInterval
+	}
+	if p.PushPullInterval > 0 {
+		c.PushPullInterval = p.PushPullInterval
+	}
+	if p.ProbeInterval > 0 {
+		c.ProbeInterval = p.ProbeInterval
+	}
+	if p.SuspicionMult > 0 {
+		c.SuspicionMult = p.SuspicionMult
+	}
+	c.EnableCompression = p.Compression
+}
+
+// warnCounter is a slog.Handler that drops everything but counts the
+// warnings and errors by message, so the run's logs cost nothing yet a
+// dropped message or a rejected record shows up in the results.
+type warnCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func newWarnCounter() *warnCounter { return &warnCounter{counts: map[string]int{}} }
+
+func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+// addrRE matches the addresses memberlist puts in its messages, so that one
+// kind of warning from 100 hosts counts as one line.
+var addrRE = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+(:\d+)?`)
+
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	msg := addrRE.ReplaceAllString(r.Message, "<addr>")
+	if len(msg) > 100 {
+		msg = msg[:100] + "…"
+	}
+	w.mu.Lock()
+	w.counts[r.Level.String()+" "+msg]++
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
+
+// sorted returns "count× message" lines, most frequent first.
+func (w *warnCounter) sorted() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type kv struct {
+		k string
+		v int
+	}
+	var all []kv
+	for k, v := range w.counts {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || all[i].v == all[j].v && all[i].k < all[j].k })
+	out := make([]string, len(all))
+	for i, e := range all {
+		out[i] = fmt.Sprintf("%d× %s", e.v, e.k)
+	}
+	return out
+}
