@@ -7,7 +7,7 @@ BIN     := bin/overlay-plugin
 # Static, reproducible-path binary: the managed plugin's rootfs has no libc.
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build demo test test-unit test-vm vm-smoke plugin plugin-install e2e-docker vet clean
+.PHONY: all build demo test test-unit test-vm vm-smoke bench-scale plugin plugin-install e2e-docker vet clean
 
 all: build
 
@@ -43,6 +43,11 @@ test-vm: build
 
 vm-smoke:
 	scripts/vm/run.sh scripts/vm/smoke.sh
+
+# The scale simulation: 100 hosts, 10,000 endpoints, in-process. It writes
+# build/scale-results.md (and .json) and asserts nothing about speed.
+bench-scale:
+	$(GO) test ./test/scale -run '^TestScale$$' -scale -v -timeout 40m
 
 # The Docker managed plugin: build/plugin (config.json + rootfs), no image
 # registry involved; plugin-install creates and enables it in the local

@@ -329,6 +329,7 @@ type node struct {
 	db   *bbolt.DB
 
 	resyncStop, resyncDone chan struct{}
+	closeOnce              sync.Once
 }
 
 // startNode builds node i's driver (with its own VNI database, as a real
@@ -417,21 +418,23 @@ func (n *node) resyncLoop(offset, period time.Duration, counts *resyncCounts) {
 type resyncCounts struct{ runs, added, removed, errs atomic.Int64 }
 
 // close stops the node; a partly built node is closed as far as it got.
+// Idempotent.
 func (n *node) close() {
-	if n.resyncStop != nil {
-		close(n.resyncStop)
-		<-n.resyncDone
-		n.resyncStop = nil
-	}
-	if n.c != nil {
-		n.c.Close()
-	}
-	if n.d != nil {
-		n.d.Close()
-	}
-	if n.db != nil {
-		n.db.Close()
-	}
+	n.closeOnce.Do(func() {
+		if n.resyncStop != nil {
+			close(n.resyncStop)
+			<-n.resyncDone
+		}
+		if n.c != nil {
+			n.c.Close()
+		}
+		if n.d != nil {
+			n.d.Close()
+		}
+		if n.db != nil {
+			n.db.Close()
+		}
+	})
 }
 
 // tune applies the run's memberlist timers on top of the cluster's
