@@ -138,6 +138,32 @@ func (k *Kernel) sandbox(name string) (*Sandbox, error) {
 	return s, nil
 }
 
+// mutate runs a mutating operation on one sandbox: fault injection first,
+// then f under mu with the sandbox.
+func (k *Kernel) mutate(op Op, name string, f func(s *Sandbox) error) error {
+	if err := k.check(op, name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(name)
+	if err != nil {
+		return err
+	}
+	return f(s)
+}
+
+// read runs a read-only operation on one sandbox under mu.
+func read[T any](k *Kernel, name string, f func(s *Sandbox) []T) ([]T, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(name)
+	if err != nil {
+		return nil, err
+	}
+	return f(s), nil
+}
+
 func (k *Kernel) CreateSandbox(spec kernel.SandboxSpec) error {
 	if err := k.check(OpCreateSandbox, spec.Name); err != nil {
 		return err
@@ -157,21 +183,14 @@ func (k *Kernel) CreateSandbox(spec kernel.SandboxSpec) error {
 }
 
 func (k *Kernel) DeleteSandbox(name string) error {
-	if err := k.check(OpDeleteSandbox, name); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(name)
-	if err != nil {
-		return err
-	}
-	for _, v := range s.Veths {
-		delete(k.hostLinks, v.HostName)
-	}
-	delete(k.vnis, s.Spec.VNI)
-	delete(k.sandboxes, name)
-	return nil
+	return k.mutate(OpDeleteSandbox, name, func(s *Sandbox) error {
+		for _, v := range s.Veths {
+			delete(k.hostLinks, v.HostName)
+		}
+		delete(k.vnis, s.Spec.VNI)
+		delete(k.sandboxes, name)
+		return nil
+	})
 }
 
 func (k *Kernel) Sandboxes() ([]string, error) {
@@ -202,141 +221,91 @@ func (k *Kernel) RemoveLeftovers(keep func(string) bool) error {
 }
 
 func (k *Kernel) AddVeth(sandbox string, v kernel.Veth) error {
-	if err := k.check(OpAddVeth, sandbox); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return err
-	}
-	if _, ok := k.hostLinks[v.HostName]; ok {
-		return fmt.Errorf("link %q: %w", v.HostName, kernel.ErrExists)
-	}
-	if _, ok := s.Veths[v.SandboxName]; ok {
-		return fmt.Errorf("link %q in sandbox %q: %w", v.SandboxName, sandbox, kernel.ErrExists)
-	}
-	s.Veths[v.SandboxName] = v
-	k.hostLinks[v.HostName] = sandbox
-	return nil
+	return k.mutate(OpAddVeth, sandbox, func(s *Sandbox) error {
+		if _, ok := k.hostLinks[v.HostName]; ok {
+			return fmt.Errorf("link %q: %w", v.HostName, kernel.ErrExists)
+		}
+		if _, ok := s.Veths[v.SandboxName]; ok {
+			return fmt.Errorf("link %q in sandbox %q: %w", v.SandboxName, sandbox, kernel.ErrExists)
+		}
+		s.Veths[v.SandboxName] = v
+		k.hostLinks[v.HostName] = sandbox
+		return nil
+	})
 }
 
 func (k *Kernel) DeleteVeth(sandbox, sandboxName string) error {
-	if err := k.check(OpDeleteVeth, sandbox); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return err
-	}
-	v, ok := s.Veths[sandboxName]
-	if !ok {
-		return fmt.Errorf("link %q in sandbox %q: %w", sandboxName, sandbox, kernel.ErrNotFound)
-	}
-	delete(s.Veths, sandboxName)
-	delete(k.hostLinks, v.HostName)
-	return nil
+	return k.mutate(OpDeleteVeth, sandbox, func(s *Sandbox) error {
+		v, ok := s.Veths[sandboxName]
+		if !ok {
+			return fmt.Errorf("link %q in sandbox %q: %w", sandboxName, sandbox, kernel.ErrNotFound)
+		}
+		delete(s.Veths, sandboxName)
+		delete(k.hostLinks, v.HostName)
+		return nil
+	})
 }
 
 func (k *Kernel) SetNeighbor(sandbox string, n kernel.Neighbor) error {
-	if err := k.check(OpSetNeighbor, sandbox); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return err
-	}
-	s.Neighbors[n.IP] = n.MAC
-	return nil
+	return k.mutate(OpSetNeighbor, sandbox, func(s *Sandbox) error {
+		s.Neighbors[n.IP] = n.MAC
+		return nil
+	})
 }
 
 func (k *Kernel) DeleteNeighbor(sandbox string, ip netip.Addr) error {
-	if err := k.check(OpDeleteNeighbor, sandbox); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return err
-	}
-	if _, ok := s.Neighbors[ip]; !ok {
-		return fmt.Errorf("neighbour %s in sandbox %q: %w", ip, sandbox, kernel.ErrNotFound)
-	}
-	delete(s.Neighbors, ip)
-	return nil
+	return k.mutate(OpDeleteNeighbor, sandbox, func(s *Sandbox) error {
+		if _, ok := s.Neighbors[ip]; !ok {
+			return fmt.Errorf("neighbour %s in sandbox %q: %w", ip, sandbox, kernel.ErrNotFound)
+		}
+		delete(s.Neighbors, ip)
+		return nil
+	})
 }
 
 func (k *Kernel) AddFDB(sandbox string, e kernel.FDBEntry) error {
-	if err := k.check(OpAddFDB, sandbox); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return err
-	}
-	if !e.MAC.IsZero() {
-		// A unicast MAC has one destination: adding it again replaces.
-		for old := range s.FDB {
-			if old.MAC == e.MAC {
-				delete(s.FDB, old)
+	return k.mutate(OpAddFDB, sandbox, func(s *Sandbox) error {
+		if !e.MAC.IsZero() {
+			// A unicast MAC has one destination: adding it again replaces.
+			for old := range s.FDB {
+				if old.MAC == e.MAC {
+					delete(s.FDB, old)
+				}
 			}
 		}
-	}
-	s.FDB[e] = true
-	return nil
+		s.FDB[e] = true
+		return nil
+	})
 }
 
 func (k *Kernel) DeleteFDB(sandbox string, e kernel.FDBEntry) error {
-	if err := k.check(OpDeleteFDB, sandbox); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return err
-	}
-	if !s.FDB[e] {
-		return fmt.Errorf("fdb %s dst %s in sandbox %q: %w", e.MAC, e.VTEP, sandbox, kernel.ErrNotFound)
-	}
-	delete(s.FDB, e)
-	return nil
+	return k.mutate(OpDeleteFDB, sandbox, func(s *Sandbox) error {
+		if !s.FDB[e] {
+			return fmt.Errorf("fdb %s dst %s in sandbox %q: %w", e.MAC, e.VTEP, sandbox, kernel.ErrNotFound)
+		}
+		delete(s.FDB, e)
+		return nil
+	})
 }
 
 func (k *Kernel) Neighbors(sandbox string) ([]kernel.Neighbor, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]kernel.Neighbor, 0, len(s.Neighbors))
-	for ip, mac := range s.Neighbors {
-		out = append(out, kernel.Neighbor{IP: ip, MAC: mac})
-	}
-	return out, nil
+	return read(k, sandbox, func(s *Sandbox) []kernel.Neighbor {
+		out := make([]kernel.Neighbor, 0, len(s.Neighbors))
+		for ip, mac := range s.Neighbors {
+			out = append(out, kernel.Neighbor{IP: ip, MAC: mac})
+		}
+		return out
+	})
 }
 
 func (k *Kernel) FDB(sandbox string) ([]kernel.FDBEntry, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, err := k.sandbox(sandbox)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]kernel.FDBEntry, 0, len(s.FDB))
-	for e := range s.FDB {
-		out = append(out, e)
-	}
-	return out, nil
+	return read(k, sandbox, func(s *Sandbox) []kernel.FDBEntry {
+		out := make([]kernel.FDBEntry, 0, len(s.FDB))
+		for e := range s.FDB {
+			out = append(out, e)
+		}
+		return out
+	})
 }
 
 var _ kernel.Kernel = (*Kernel)(nil)
