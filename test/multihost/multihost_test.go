@@ -38,6 +38,12 @@ func requireTestbed(t *testing.T) {
 	testbedReq.Require(t)
 }
 
+// adminFedPlugin runs without the gossip control plane: these tests feed
+// the remote endpoints through the admin API alone (test/gossip covers
+// gossip), and the swarm-node hints they send would otherwise make the
+// plugins gossip with each other too.
+var adminFedPlugin = testbed.PluginConfig{Args: []string{"--gossip-port", "0"}}
+
 // The overlay's address plan, as swarm's IPAM would hand it out.
 var (
 	poolV4 = netip.MustParsePrefix("203.0.113.0/24")
@@ -124,7 +130,7 @@ func setup(t *testing.T, fam testbed.Family, hosts int) *cluster {
 	}
 	c := &cluster{topo: topo, netID: swarmID()}
 	for i, h := range topo.Hosts {
-		p, err := h.StartPlugin(testbed.PluginConfig{})
+		p, err := h.StartPlugin(adminFedPlugin)
 		if err != nil {
 			t.Fatalf("start plugin: %v", err)
 		}
@@ -663,7 +669,7 @@ func TestRestartResumesState(t *testing.T) {
 	}
 	c.stopPlugins(t)
 	for _, n := range c.nodes {
-		p, err := n.host.StartPlugin(testbed.PluginConfig{})
+		p, err := n.host.StartPlugin(adminFedPlugin)
 		if err != nil {
 			t.Fatalf("%s: restart on the same state: %v", n.host.Name, err)
 		}
