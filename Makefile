@@ -38,7 +38,8 @@ test-vm: build
 	@mkdir -p build/vm
 	CGO_ENABLED=0 $(GO) test -c -o build/vm/encryption.test ./encryption
 	CGO_ENABLED=0 $(GO) test -c -o build/vm/encrypted.test ./test/encrypted
-	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) scripts/vm/go-tests.sh \
+	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) OVERLAY_TEST_REQUIRE=encrypted OVERLAY_VM_PASSENV=OVERLAY_TEST_REQUIRE \
+		scripts/vm/go-tests.sh \
 		build/vm/encryption.test build/vm/encrypted.test -- -test.v -test.count=1
 
 vm-smoke:

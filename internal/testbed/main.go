@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -40,8 +42,14 @@ func NewRequirement(pkg string, extra ...func() error) *Requirement {
 	return &Requirement{pkg: pkg, extra: extra}
 }
 
+// RequireEnv names packages, space-separated, whose tests must run: where
+// one of them cannot, its tests fail instead of skipping. The VM run sets it
+// for the encrypted scenario, which exists to run there.
+const RequireEnv = "OVERLAY_TEST_REQUIRE"
+
 // Require skips t unless the requirement holds; the reason is printed once,
-// even without -v, so a skipped layer never passes silently.
+// even without -v, so a skipped layer never passes silently. Packages named
+// in RequireEnv fail instead.
 func (r *Requirement) Require(t *testing.T) {
 	t.Helper()
 	r.once.Do(func() {
@@ -57,6 +65,9 @@ func (r *Requirement) Require(t *testing.T) {
 		}
 	})
 	if r.err != nil {
+		if slices.Contains(strings.Fields(os.Getenv(RequireEnv)), r.pkg) {
+			t.Fatalf("cannot run here, and %s requires it: %v", RequireEnv, r.err)
+		}
 		t.Skipf("cannot run here: %v", r.err)
 	}
 }
