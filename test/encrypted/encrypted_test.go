@@ -37,7 +37,6 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -210,31 +209,6 @@ type suite struct {
 	preRotation  map[*node]encryption.Status
 	postRotation map[*node]encryption.Status
 	newGen       map[*node]uint64
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// swarmID is a 25-character base-36 id like swarm's network ids.
-func swarmID() string {
-	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-	b := make([]byte, 25)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = digits[int(b[i])%len(digits)]
-	}
-	return string(b)
-}
-
-func nth(p netip.Prefix, i int) netip.Addr {
-	a := p.Masked().Addr()
-	for range i {
-		a = a.Next()
-	}
-	return a
 }
 
 // parallel runs fns concurrently and joins their errors.
@@ -449,8 +423,8 @@ func setup(t *testing.T) *suite {
 		}
 	}
 
-	s.enc = &network{name: "enc", id: swarmID(), encrypted: true, pool4: encPool4, gw4: encGW4, pool6: encPool6, gw6: encGW6}
-	s.plain = &network{name: "plain", id: swarmID(), pool4: plainPool4, gw4: plainGW4}
+	s.enc = &network{name: "enc", id: testbed.SwarmID(), encrypted: true, pool4: encPool4, gw4: encGW4, pool6: encPool6, gw6: encGW6}
+	s.plain = &network{name: "plain", id: testbed.SwarmID(), pool4: plainPool4, gw4: plainGW4}
 	leader := s.nodes[0]
 	for _, nw := range []*network{s.enc, s.plain} {
 		userOpts := map[string]string{}
@@ -542,11 +516,11 @@ func setup(t *testing.T) *suite {
 // swarm's addresses, Join, then move and configure the interface. Safe to
 // call concurrently.
 func (s *suite) attach(n *node, nw *network, name string, slot int) (*endpoint, error) {
-	ep := &endpoint{name: name, id: randomHex(64), node: n, net: nw}
-	ep.addrs = []netip.Prefix{netip.PrefixFrom(nth(nw.pool4, slot), nw.pool4.Bits())}
+	ep := &endpoint{name: name, id: testbed.RandomHex(64), node: n, net: nw}
+	ep.addrs = []netip.Prefix{netip.PrefixFrom(testbed.Nth(nw.pool4, slot), nw.pool4.Bits())}
 	iface := &api.EndpointInterface{Address: ep.addrs[0].String()}
 	if nw.pool6.IsValid() {
-		ep.addrs = append(ep.addrs, netip.PrefixFrom(nth(nw.pool6, slot), nw.pool6.Bits()))
+		ep.addrs = append(ep.addrs, netip.PrefixFrom(testbed.Nth(nw.pool6, slot), nw.pool6.Bits()))
 		iface.AddressIPv6 = ep.addrs[1].String()
 	}
 	resp, err := n.plugin.API.CreateEndpoint(&api.CreateEndpointRequest{NetworkID: nw.id, EndpointID: ep.id, Interface: iface})
@@ -847,7 +821,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	defer plainSink.Close()
 
 	marker := func(kind string) []byte {
-		return []byte(fmt.Sprintf("overlay-plugin encrypted test: %s %s", kind, randomHex(16)))
+		return []byte(fmt.Sprintf("overlay-plugin encrypted test: %s %s", kind, testbed.RandomHex(16)))
 	}
 	// The inner frame: a UDP datagram to the target container's listener,
 	// from a made-up sender of the same subnet.
@@ -858,7 +832,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 			t.Fatal(err)
 		}
 		return vxlanPayload(nw.vni, innerFrame{DstMAC: dmac, SrcMAC: fakeMAC,
-			Src: nth(nw.pool4, 100), Dst: target.addr(testbed.IPv4), SrcPort: 5555, DstPort: sinkPort, Payload: payload})
+			Src: testbed.Nth(nw.pool4, 100), Dst: target.addr(testbed.IPv4), SrcPort: 5555, DstPort: sinkPort, Payload: payload})
 	}
 	raw := func(vxlan []byte) []byte {
 		return outerFrame(h3MAC, h2MAC, h3.host.Underlay, h2.host.Underlay, 45000, vxlanPort, vxlan)

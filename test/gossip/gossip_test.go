@@ -17,7 +17,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,36 +170,11 @@ type gcluster struct {
 	expect func(obs *gnode) []*endpoint
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// swarmID is a 25-character base-36 id like swarm's network ids.
-func swarmID() string {
-	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-	b := make([]byte, 25)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = digits[int(b[i])%len(digits)]
-	}
-	return string(b)
-}
-
-func nth(p netip.Prefix, i int) netip.Addr {
-	a := p.Masked().Addr()
-	for range i {
-		a = a.Next()
-	}
-	return a
-}
-
 // slotAddrs are the IPv4 and IPv6 overlay addresses of slot i.
 func slotAddrs(i int) []netip.Prefix {
 	return []netip.Prefix{
-		netip.PrefixFrom(nth(poolV4, i), poolV4.Bits()),
-		netip.PrefixFrom(nth(poolV6, i), poolV6.Bits()),
+		netip.PrefixFrom(testbed.Nth(poolV4, i), poolV4.Bits()),
+		netip.PrefixFrom(testbed.Nth(poolV6, i), poolV6.Bits()),
 	}
 }
 
@@ -235,7 +209,7 @@ func newCluster(t *testing.T, o options) *gcluster {
 	if err := topo.WaitUnderlay(10 * time.Second); err != nil {
 		t.Fatalf("underlay: %v", err)
 	}
-	c := &gcluster{t: t, topo: topo, netID: swarmID(), opts: o, live: map[string]*endpoint{}, isolated: map[*gnode]bool{}}
+	c := &gcluster{t: t, topo: topo, netID: testbed.SwarmID(), opts: o, live: map[string]*endpoint{}, isolated: map[*gnode]bool{}}
 	var shared, odd string
 	if o.secret {
 		shared, odd = filepath.Join(bed.Dir(), "secret"), filepath.Join(bed.Dir(), "secret-other")
@@ -428,7 +402,7 @@ func (c *gcluster) newSlot() int {
 // createJoin does CreateEndpoint and Join on n as dockerd does, for an
 // endpoint with the given addresses; sandboxKey is the container's netns.
 func (c *gcluster) createJoin(n *gnode, addrs []netip.Prefix, sandboxKey string) (*endpoint, error) {
-	ep := &endpoint{id: randomHex(64), node: n, addrs: addrs}
+	ep := &endpoint{id: testbed.RandomHex(64), node: n, addrs: addrs}
 	iface := &api.EndpointInterface{}
 	for _, a := range addrs {
 		if a.Addr().Is4() {
@@ -1139,7 +1113,7 @@ func (c *gcluster) broadcastReach(eps []*endpoint, want bool) {
 				}
 			}
 			if !want {
-				token := fmt.Sprintf("nobcast-%v-%s-%s", fam, from, randomHex(8))
+				token := fmt.Sprintf("nobcast-%v-%s-%s", fam, from, testbed.RandomHex(8))
 				sendSoon(token, time.Now().Add(5*time.Second))
 				for range 2 {
 					time.Sleep(200 * time.Millisecond)
@@ -1152,7 +1126,7 @@ func (c *gcluster) broadcastReach(eps []*endpoint, want bool) {
 				continue
 			}
 			// Bounded wait for the first one to get through everywhere.
-			token := fmt.Sprintf("bcast-%v-%s-%s", fam, from, randomHex(8))
+			token := fmt.Sprintf("bcast-%v-%s-%s", fam, from, testbed.RandomHex(8))
 			deadline := time.Now().Add(5 * time.Second)
 			for {
 				sendSoon(token, deadline)
@@ -1646,7 +1620,7 @@ func testChurn(t *testing.T) {
 						return
 					}
 					slot := <-free
-					ep, err := c.createJoin(n, slotAddrs(slot), "/var/run/docker/netns/"+randomHex(12))
+					ep, err := c.createJoin(n, slotAddrs(slot), "/var/run/docker/netns/"+testbed.RandomHex(12))
 					if err != nil {
 						errc <- err
 						return

@@ -10,8 +10,6 @@ package multihost
 
 import (
 	"cmp"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -98,23 +96,6 @@ type cluster struct {
 	vni   uint32
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// swarmID is a 25-character base-36 id like swarm's network ids.
-func swarmID() string {
-	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-	b := make([]byte, 25)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = digits[int(b[i])%len(digits)]
-	}
-	return string(b)
-}
-
 // setup builds hosts (one plugin each), a network created through the leader
 // (h1) the way a swarm does, and one joined, attached container per host,
 // then feeds every plugin the other hosts' endpoints through its admin API.
@@ -128,17 +109,17 @@ func setup(t *testing.T, fam testbed.Family, hosts int) *cluster {
 	if err := topo.WaitUnderlay(10 * time.Second); err != nil {
 		t.Fatalf("underlay: %v", err)
 	}
-	c := &cluster{topo: topo, netID: swarmID()}
+	c := &cluster{topo: topo, netID: testbed.SwarmID()}
 	for i, h := range topo.Hosts {
 		p, err := h.StartPlugin(adminFedPlugin)
 		if err != nil {
 			t.Fatalf("start plugin: %v", err)
 		}
 		t.Logf("%s: underlay %s, plugin pid %d, log %s", h.Name, h.Underlay, p.Pid(), p.LogFile)
-		c.nodes = append(c.nodes, &node{host: h, plugin: p, epID: randomHex(64),
+		c.nodes = append(c.nodes, &node{host: h, plugin: p, epID: testbed.RandomHex(64),
 			addrs: []netip.Prefix{
-				netip.PrefixFrom(nth(poolV4, i+1), poolV4.Bits()),
-				netip.PrefixFrom(nth(poolV6, i+1), poolV6.Bits()),
+				netip.PrefixFrom(testbed.Nth(poolV4, i+1), poolV4.Bits()),
+				netip.PrefixFrom(testbed.Nth(poolV6, i+1), poolV6.Bits()),
 			}})
 	}
 
@@ -252,14 +233,6 @@ func setup(t *testing.T, fam testbed.Family, hosts int) *cluster {
 		}
 	}
 	return c
-}
-
-func nth(p netip.Prefix, i int) netip.Addr {
-	a := p.Masked().Addr()
-	for range i {
-		a = a.Next()
-	}
-	return a
 }
 
 // remotes returns the peers n should know: every other node's endpoint.
@@ -532,7 +505,7 @@ func (c *cluster) teardown(t *testing.T) {
 	}
 	leader := c.nodes[0]
 	// While the network holds its VNI, no other network may take it...
-	other := swarmID()
+	other := testbed.SwarmID()
 	taken := map[string]string{"vxlanid_list": strconv.FormatUint(uint64(c.vni), 10)}
 	if _, err := leader.plugin.API.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: other, Options: taken}); err == nil {
 		t.Errorf("AllocateNetwork of another network with VNI %d in use succeeded", c.vni)
