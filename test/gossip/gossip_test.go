@@ -40,7 +40,6 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
-	"github.com/overlay-plugin/overlay-plugin/kernel"
 )
 
 func TestMain(m *testing.M) { testbed.Main(m, "gossip") }
@@ -516,23 +515,10 @@ func (c *gcluster) remotesFor(obs *gnode) []*endpoint {
 // ---------------------------------------------------------------------------
 // Reading and comparing state.
 
-type neighEntry struct{ IP, MAC string }
-type fdbEntry struct{ MAC, VTEP string }
-
-func (e neighEntry) String() string { return e.IP + "->" + e.MAC }
-func (e fdbEntry) String() string   { return e.MAC + "->" + e.VTEP }
+type neighEntry = testbed.Neigh
+type fdbEntry = testbed.FDB
 
 const floodMAC = "00:00:00:00:00:00"
-
-func sortNeigh(s []neighEntry) []neighEntry {
-	slices.SortFunc(s, func(a, b neighEntry) int { return cmp.Or(cmp.Compare(a.IP, b.IP), cmp.Compare(a.MAC, b.MAC)) })
-	return s
-}
-
-func sortFDB(s []fdbEntry) []fdbEntry {
-	slices.SortFunc(s, func(a, b fdbEntry) int { return cmp.Or(cmp.Compare(a.MAC, b.MAC), cmp.Compare(a.VTEP, b.VTEP)) })
-	return s
-}
 
 // wantTables are the neighbour and FDB entries a host holding remotes must
 // have: one neighbour per remote IP, one FDB entry per remote MAC and, on
@@ -542,18 +528,18 @@ func (c *gcluster) wantTables(remotes []*endpoint) ([]neighEntry, []fdbEntry) {
 	vteps := map[string]bool{}
 	for _, ep := range remotes {
 		for _, ip := range ep.ips() {
-			neigh = append(neigh, neighEntry{ip.String(), ep.mac})
+			neigh = append(neigh, neighEntry{IP: ip.String(), MAC: ep.mac})
 		}
 		v := ep.node.host.Underlay.String()
-		fdb = append(fdb, fdbEntry{ep.mac, v})
+		fdb = append(fdb, fdbEntry{MAC: ep.mac, VTEP: v})
 		vteps[v] = true
 	}
 	if c.opts.flood {
 		for v := range vteps {
-			fdb = append(fdb, fdbEntry{floodMAC, v})
+			fdb = append(fdb, fdbEntry{MAC: floodMAC, VTEP: v})
 		}
 	}
-	return sortNeigh(neigh), sortFDB(fdb)
+	return testbed.SortNeigh(neigh), testbed.SortFDB(fdb)
 }
 
 func peerKey(id string, ips []netip.Addr, mac, vtep string) string {
@@ -563,58 +549,6 @@ func peerKey(id string, ips []netip.Addr, mac, vtep string) string {
 	}
 	slices.Sort(s)
 	return fmt.Sprintf("%s %v %s %s", id[:min(12, len(id))], s, mac, vtep)
-}
-
-// sandboxTables reads the permanent neighbours and the device's own FDB
-// entries of vxlan0 in a plugin's sandbox with ip and bridge, independently
-// of the plugin.
-func sandboxTables(p *testbed.Plugin, sandbox string) ([]neighEntry, []fdbEntry, error) {
-	out, err := p.SandboxExec(sandbox, "ip", "-j", "neigh", "show", "dev", kernel.VXLANName)
-	if err != nil {
-		return nil, nil, err
-	}
-	var neighs []struct {
-		Dst    string   `json:"dst"`
-		LLAddr string   `json:"lladdr"`
-		State  []string `json:"state"`
-	}
-	if err := json.Unmarshal([]byte(out), &neighs); err != nil {
-		return nil, nil, fmt.Errorf("ip -j neigh: %w: %s", err, out)
-	}
-	ne := []neighEntry{}
-	for _, n := range neighs {
-		if slices.Contains(n.State, "PERMANENT") {
-			ip, err := netip.ParseAddr(n.Dst)
-			if err != nil {
-				return nil, nil, fmt.Errorf("ip -j neigh: dst %q: %w", n.Dst, err)
-			}
-			ne = append(ne, neighEntry{ip.String(), n.LLAddr})
-		}
-	}
-	out, err = p.SandboxExec(sandbox, "bridge", "-j", "fdb", "show", "dev", kernel.VXLANName)
-	if err != nil {
-		return nil, nil, err
-	}
-	var fdbs []struct {
-		MAC    string `json:"mac"`
-		Dst    string `json:"dst"`
-		Master string `json:"master"`
-	}
-	if err := json.Unmarshal([]byte(out), &fdbs); err != nil {
-		return nil, nil, fmt.Errorf("bridge -j fdb: %w: %s", err, out)
-	}
-	fe := []fdbEntry{}
-	for _, f := range fdbs {
-		if f.Master != "" { // br0's entries; the device's own have no master
-			continue
-		}
-		dst := f.Dst
-		if a, err := netip.ParseAddr(dst); err == nil {
-			dst = a.String()
-		}
-		fe = append(fe, fdbEntry{f.MAC, dst})
-	}
-	return sortNeigh(ne), sortFDB(fe), nil
 }
 
 // diffs compares what every running host holds with what it should; an
@@ -665,14 +599,14 @@ func (c *gcluster) diffs(sandbox bool) []string {
 		wn, wf := c.wantTables(remotes)
 		gn := []neighEntry{}
 		for _, k := range st.Kernel.Neighbors {
-			gn = append(gn, neighEntry{k.IP.String(), k.MAC.String()})
+			gn = append(gn, neighEntry{IP: k.IP.String(), MAC: k.MAC.String()})
 		}
 		gf := []fdbEntry{}
 		for _, k := range st.Kernel.FDB {
-			gf = append(gf, fdbEntry{k.MAC.String(), k.VTEP.String()})
+			gf = append(gf, fdbEntry{MAC: k.MAC.String(), VTEP: k.VTEP.String()})
 		}
-		sortNeigh(gn)
-		sortFDB(gf)
+		testbed.SortNeigh(gn)
+		testbed.SortFDB(gf)
 		if !slices.Equal(gn, wn) {
 			out = append(out, fmt.Sprintf("%s: neighbours (admin API)\n   got  %v\n   want %v", n.name, gn, wn))
 		}
@@ -682,7 +616,7 @@ func (c *gcluster) diffs(sandbox bool) []string {
 		if !sandbox {
 			continue
 		}
-		kn, kf, err := sandboxTables(n.plugin, st.Sandbox)
+		kn, kf, err := n.plugin.SandboxEntries(st.Sandbox)
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: reading sandbox %s: %v", n.name, st.Sandbox, err))
 			continue

@@ -9,8 +9,6 @@
 package multihost
 
 import (
-	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -246,90 +244,34 @@ func (c *cluster) remotes(n *node) []peerdb.Peer {
 	return out
 }
 
-type neighEntry struct{ IP, MAC string }
-type fdbEntry struct{ MAC, VTEP string }
+type neighEntry = testbed.Neigh
+type fdbEntry = testbed.FDB
 
 func wantEntries(peers []peerdb.Peer) ([]neighEntry, []fdbEntry) {
 	neighs, fdbs := []neighEntry{}, []fdbEntry{}
 	for _, p := range peers {
 		for _, ip := range p.IPs {
-			neighs = append(neighs, neighEntry{ip.String(), p.MAC.String()})
+			neighs = append(neighs, neighEntry{IP: ip.String(), MAC: p.MAC.String()})
 		}
-		fdbs = append(fdbs, fdbEntry{p.MAC.String(), p.VTEP.String()})
+		fdbs = append(fdbs, fdbEntry{MAC: p.MAC.String(), VTEP: p.VTEP.String()})
 	}
-	return sortedNeigh(neighs), sortedFDB(fdbs)
-}
-
-func sortedNeigh(s []neighEntry) []neighEntry {
-	slices.SortFunc(s, func(a, b neighEntry) int { return cmp.Or(cmp.Compare(a.IP, b.IP), cmp.Compare(a.MAC, b.MAC)) })
-	return s
-}
-
-func sortedFDB(s []fdbEntry) []fdbEntry {
-	slices.SortFunc(s, func(a, b fdbEntry) int { return cmp.Or(cmp.Compare(a.MAC, b.MAC), cmp.Compare(a.VTEP, b.VTEP)) })
-	return s
+	return testbed.SortNeigh(neighs), testbed.SortFDB(fdbs)
 }
 
 func reportedNeigh(ks []kernel.Neighbor) []neighEntry {
 	out := []neighEntry{}
 	for _, n := range ks {
-		out = append(out, neighEntry{n.IP.String(), n.MAC.String()})
+		out = append(out, neighEntry{IP: n.IP.String(), MAC: n.MAC.String()})
 	}
-	return sortedNeigh(out)
+	return testbed.SortNeigh(out)
 }
 
 func reportedFDB(ks []kernel.FDBEntry) []fdbEntry {
 	out := []fdbEntry{}
 	for _, e := range ks {
-		out = append(out, fdbEntry{e.MAC.String(), e.VTEP.String()})
+		out = append(out, fdbEntry{MAC: e.MAC.String(), VTEP: e.VTEP.String()})
 	}
-	return sortedFDB(out)
-}
-
-// sandboxEntries reads the static neighbour and FDB entries of vxlan0 in a
-// plugin's sandbox with ip and bridge, independently of the plugin.
-func sandboxEntries(p *testbed.Plugin, sandbox string) ([]neighEntry, []fdbEntry, error) {
-	out, err := p.SandboxExec(sandbox, "ip", "-j", "neigh", "show", "dev", kernel.VXLANName)
-	if err != nil {
-		return nil, nil, err
-	}
-	var neighs []struct {
-		Dst    string   `json:"dst"`
-		LLAddr string   `json:"lladdr"`
-		State  []string `json:"state"`
-	}
-	if err := json.Unmarshal([]byte(out), &neighs); err != nil {
-		return nil, nil, fmt.Errorf("ip -j neigh: %w: %s", err, out)
-	}
-	ne := []neighEntry{}
-	for _, n := range neighs {
-		if slices.Contains(n.State, "PERMANENT") {
-			ne = append(ne, neighEntry{netip.MustParseAddr(n.Dst).String(), n.LLAddr})
-		}
-	}
-	out, err = p.SandboxExec(sandbox, "bridge", "-j", "fdb", "show", "dev", kernel.VXLANName)
-	if err != nil {
-		return nil, nil, err
-	}
-	var fdbs []struct {
-		MAC    string `json:"mac"`
-		Dst    string `json:"dst"`
-		Master string `json:"master"`
-	}
-	if err := json.Unmarshal([]byte(out), &fdbs); err != nil {
-		return nil, nil, fmt.Errorf("bridge -j fdb: %w: %s", err, out)
-	}
-	fe := []fdbEntry{}
-	for _, f := range fdbs {
-		if f.Master == "" { // the device's own (self) entries; master ones belong to br0
-			dst := f.Dst
-			if a, err := netip.ParseAddr(dst); err == nil {
-				dst = a.String()
-			}
-			fe = append(fe, fdbEntry{f.MAC, dst})
-		}
-	}
-	return sortedNeigh(ne), sortedFDB(fe), nil
+	return testbed.SortFDB(out)
 }
 
 // checkState checks every plugin's admin view of the network, and the
@@ -390,7 +332,7 @@ func (c *cluster) checkState(t *testing.T, want map[*node][]peerdb.Peer) {
 		if g := reportedFDB(st.Kernel.FDB); !slices.Equal(g, wf) {
 			t.Errorf("%s: admin API kernel FDB\n got %v\nwant %v", n.host.Name, g, wf)
 		}
-		kn, kf, err := sandboxEntries(n.plugin, st.Sandbox)
+		kn, kf, err := n.plugin.SandboxEntries(st.Sandbox)
 		if err != nil {
 			t.Fatalf("%s: reading sandbox %s: %v", n.host.Name, st.Sandbox, err)
 		}
