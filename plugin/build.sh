@@ -4,8 +4,8 @@
 # Builds the managed (v2) Docker plugin directory, default build/plugin/:
 #   OUT_DIR/config.json          plugin/config.json (Docker plugin config v1)
 #   OUT_DIR/rootfs/overlay-plugin the static binary
-#   OUT_DIR/rootfs/{run/docker/plugins,run/overlay-plugin,var/lib/overlay-plugin,
-#                   etc/overlay-plugin,tmp,proc,sys,dev}
+#   OUT_DIR/rootfs/{run/docker/plugins,run/overlay-plugin,run/propagated,
+#                   var/lib/overlay-plugin,etc/overlay-plugin,tmp,proc,sys,dev}
 # No image and no registry: `docker plugin create NAME OUT_DIR` takes it as is
 # (plugin/install.sh does that).
 #
@@ -38,7 +38,7 @@ fi
 case $out in /|"") die "refusing OUT_DIR '$out'" ;; esac
 rm -rf "$out"
 mkdir -p "$out/rootfs"
-for d in run/docker/plugins run/overlay-plugin var/lib/overlay-plugin etc/overlay-plugin tmp proc sys dev; do
+for d in run/docker/plugins run/overlay-plugin run/propagated var/lib/overlay-plugin etc/overlay-plugin tmp proc sys dev; do
 	mkdir -p "$out/rootfs/$d"
 done
 chmod 1777 "$out/rootfs/tmp"

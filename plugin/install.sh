@@ -9,14 +9,17 @@
 #   PLUGIN_DIR       plugin directory (default build/plugin)
 #   PLUGIN_SETTINGS  space-separated K=V given to `docker plugin set`, e.g.
 #                    "OVERLAY_LOG_LEVEL=debug state.source=/srv/overlay"
-#                    (env names, or <mount>.source for the 'state' and
-#                    'secrets' mounts)
+#                    (env names, or <mount>.source for the 'sandboxes',
+#                    'state', 'secrets' and 'docker' mounts)
 #   DOCKER           docker CLI to use (default: docker)
 #   PLUGIN_ENABLE_TIMEOUT  seconds for `docker plugin enable` (default 30)
 #
 # With no DOCKER_HOST (a local daemon), the host directories the plugin
-# mounts are created if missing: /var/lib/overlay-plugin (state) and
-# /etc/overlay-plugin (mode 0700), and the cluster secret file is checked:
+# mounts are created if missing: /run/overlay-plugin (sandboxes; recreated at
+# every boot by /etc/tmpfiles.d/overlay-plugin.conf, since Docker refuses to
+# enable a plugin whose bind source is missing), /var/lib/overlay-plugin
+# (state) and /etc/overlay-plugin (mode 0700), and the cluster secret file is
+# checked:
 # /etc/overlay-plugin/secret, base64 of 32 random bytes, the SAME on every node
 # (the plugin stops at start-up without it unless OVERLAY_SECRET_FILE= is set
 # empty). On a remote daemon they must already exist.
@@ -35,15 +38,36 @@ die() { log "ERROR: $*"; exit 1; }
 
 read -ra settings <<<"${PLUGIN_SETTINGS:-}"
 if [[ -z ${DOCKER_HOST:-} && " ${docker[*]} " != *" -H "* && " ${docker[*]} " != *" --host"* ]]; then
-	src_state=/var/lib/overlay-plugin src_secrets=/etc/overlay-plugin
+	src_sandboxes=/run/overlay-plugin src_state=/var/lib/overlay-plugin src_secrets=/etc/overlay-plugin
 	for s in "${settings[@]}"; do
 		case $s in
+		sandboxes.source=*) src_sandboxes=${s#*=} ;;
 		state.source=*) src_state=${s#*=} ;;
 		secrets.source=*) src_secrets=${s#*=} ;;
 		esac
 	done
-	mkdir -p "$src_state"
+	mkdir -p "$src_sandboxes" "$src_state"
 	mkdir -p -m 0700 "$src_secrets"
+	if [[ $src_sandboxes == /run/* && -d /etc/tmpfiles.d ]]; then
+		printf 'd %s 0755 root root -\n' "$src_sandboxes" >/etc/tmpfiles.d/overlay-plugin.conf
+	fi
+	# The namespaces outlive a plugin stop only if the plugin's mounts in
+	# them reach the host: the source must sit on a shared mount (systemd
+	# makes every mount shared) other than the one holding Docker's data root,
+	# which runc makes private in the plugin's mount namespace.
+	sb_mount=$(findmnt -n -o TARGET -T "$src_sandboxes" 2>/dev/null || true)
+	prop=$(findmnt -n -o PROPAGATION -T "$src_sandboxes" 2>/dev/null || true)
+	data_root=$("${docker[@]}" info -f '{{.DockerRootDir}}' 2>/dev/null || true)
+	why=
+	if [[ -n $prop && $prop != shared* ]]; then
+		why="is on a $prop mount ($sb_mount)"
+	elif [[ -n $data_root && -n $sb_mount && $(findmnt -n -o TARGET -T "$data_root" 2>/dev/null) == "$sb_mount" ]]; then
+		why="is on the mount that holds Docker's data root ($sb_mount)"
+	fi
+	if [[ -n $why ]]; then
+		log "WARNING: $src_sandboxes $why: containers will lose their interface on this plugin's networks when the plugin is disabled"
+		log "  fix: a mount of its own, shared, at every boot: mount --bind $src_sandboxes $src_sandboxes && mount --make-shared $src_sandboxes"
+	fi
 	# The plugin stops at start-up when its secret file is missing: say so now.
 	secret_file=/etc/overlay-plugin/secret
 	for s in "${settings[@]}"; do [[ $s == OVERLAY_SECRET_FILE=* ]] && secret_file=${s#*=}; done

@@ -14,8 +14,8 @@
 # namespace of its own (a slave of the host's): its mounts never reach the
 # host and disappear with its last process. It gets a tmpfs /sys/fs/cgroup
 # with the host's cgroup hierarchies mounted again, private /etc/docker and
-# /run/containerd, and `/` made rshared (as on a systemd host) so a plugin's
-# propagated mount works.
+# /run/containerd, a tmpfs /run/overlay-plugin (the plugin's sandboxes), and
+# `/` made rshared (as on a systemd host) so a plugin's mounts reach it.
 #
 # After e2e_setup: E2E_DOCKER[i] is the docker CLI of node i (a string to
 # word-split), E2E_HOSTX[i] runs a command "on node i's host" (nsenter into
@@ -223,10 +223,12 @@ _e2e_node_launcher() {
 	# --data-root/--exec-root: /etc/docker (key.json), /run/containerd (so this
 	# dockerd starts its own containerd even if the host runs one; shim
 	# sockets), /run/docker (legacy plugin dir), /var/lib/docker (libnetwork's
-	# load-balancer files), /opt/containerd (containerd's plugin dirs).
+	# load-balancer files), /opt/containerd (containerd's plugin dirs),
+	# /run/overlay-plugin (the plugin's sandboxes: a tmpfs of its own, as /run
+	# is on a host, so the plugin's namespace mounts propagate to it).
 	mount -n --bind "$dir/etc-docker" /etc/docker
 	local d
-	for d in /run/containerd /run/docker /var/lib/docker /opt/containerd; do
+	for d in /run/containerd /run/docker /var/lib/docker /opt/containerd /run/overlay-plugin; do
 		mount -n -t tmpfs -o mode=711 tmpfs "$d"
 	done
 	exec "$@"
@@ -240,7 +242,7 @@ e2e_start_dockerd() {
 	((${#dir} + 2 <= 21)) || die "exec-root $dir/x is too long for plugin socket paths"
 	echo '{}' >"$dir/daemon.json"
 	local d
-	for d in /etc/docker /run/containerd /run/docker /var/lib/docker /opt/containerd; do
+	for d in /etc/docker /run/containerd /run/docker /var/lib/docker /opt/containerd /run/overlay-plugin; do
 		_e2e_mountpoint_dir "$d"
 	done
 	specs=$(_e2e_cgroup_specs)

@@ -77,7 +77,7 @@ e2e_wait 60 "swarm nodes Ready" _e2e_nodes_ready || die "swarm did not form"
 e2e_build_image
 for ((i = 0; i < E2E_NODES; i++)); do
 	# The host directories the plugin mounts (the secret was provisioned).
-	e2e_hx "$i" mkdir -p /var/lib/overlay-plugin || die "mkdir on ${addrs[i]}"
+	e2e_hx "$i" mkdir -p /run/overlay-plugin /var/lib/overlay-plugin || die "mkdir on ${addrs[i]}"
 	DOCKER="${E2E_DOCKER[i]}" PLUGIN_SETTINGS="OVERLAY_LOG_LEVEL=debug ${E2E_PLUGIN_SETTINGS:-}" \
 		bash "$E2E_ROOT/plugin/install.sh" "$E2E_PLUGIN" || die "plugin install on ${addrs[i]}"
 done

@@ -572,8 +572,9 @@ func TestPeerDeleteStopsTraffic(t *testing.T) {
 // endpoints, so Docker's later calls for the old containers succeed and
 // tear everything down. Here each plugin runs in a private mount namespace
 // (`ip netns exec`), so its sandbox mounts die with it and the endpoints
-// come back unjoined; a managed plugin keeps them in its propagated mount,
-// and the driver's tests cover adopting a surviving sandbox.
+// come back unjoined. A managed plugin's sandboxes sit on a host mount and
+// survive (scripts/e2e-docker.sh checks that), and the driver's tests cover
+// adopting a surviving sandbox.
 func TestRestartResumesState(t *testing.T) {
 	requireTestbed(t)
 	c := setup(t, testbed.IPv4, 2)
