@@ -133,6 +133,9 @@ const (
 	maxBroadcastQueue = 8192
 	// joinParallelism bounds concurrent join attempts of one rejoin round.
 	joinParallelism = 4
+	// metaPushFanout is how many members get each node meta change by
+	// push/pull besides the broadcast; they gossip it on.
+	metaPushFanout = 3
 	// candidateTTL: how long an address seen as a member (but neither a seed
 	// nor a Docker hint) stays a rejoin candidate after it was last alive.
 	candidateTTL = time.Hour
@@ -147,6 +150,7 @@ type Cluster struct {
 	port     int           // gossip port, for hints and seeds without one
 	selfAddr string        // own gossip host:port
 	leaveTO  time.Duration // bound on the graceful leave in Close
+	metaTO   time.Duration // how long metaLoop waits for a meta broadcast
 	sweepInt time.Duration
 	rejoin   time.Duration
 	// meta is the memberlist node meta: VTEP, start epoch and node data.
@@ -171,6 +175,7 @@ type Cluster struct {
 	bytesIn, bytesOut            atomic.Uint64
 	msgsIn, statesIn, statesOut  atomic.Uint64
 	decodeErrs, deliveries, sErr atomic.Uint64
+	metaPushPulls                atomic.Uint64
 	lastDecodeWarn               atomic.Int64 // unix ns of the last decode warning
 
 	deliverCh chan struct{} // 1-buffered wake-ups of the delivery goroutine
@@ -295,6 +300,8 @@ func New(cfg Config) (*Cluster, error) {
 		RetransmitMult: mc.RetransmitMult,
 	}
 	c.leaveTO = min(max(10*mc.GossipInterval, 100*time.Millisecond), 3*time.Second)
+	// A broadcast is done after a few gossip rounds.
+	c.metaTO = max(10*mc.GossipInterval, time.Second)
 
 	for _, s := range cfg.Join {
 		if s == "" {
@@ -358,6 +365,15 @@ func (c *Cluster) SetNodeData(data []byte) error {
 
 // metaLoop gossips the node meta whenever SetNodeData changed it; bursts
 // coalesce, and UpdateNode reads the newest meta.
+//
+// The meta carries the encryption keys, and a new key generation must reach
+// every member within its lead time, or the traffic sent with it is dropped.
+// UpdateNode's broadcast is best effort, and nobody acknowledges it: in the
+// VM, with three nodes rotating within 200 ms, one node's broadcast never
+// arrived anywhere, so its keys waited for a periodic push/pull that came
+// after the generation activated. So every meta change also goes by
+// push/pull (TCP) to a few members, which gossip it on. Meta changes a few
+// times an hour; periodic push/pulls are hundreds.
 func (c *Cluster) metaLoop() {
 	defer c.wg.Done()
 	for {
@@ -366,9 +382,31 @@ func (c *Cluster) metaLoop() {
 			return
 		case <-c.metaCh:
 		}
-		if err := c.ml.UpdateNode(5 * time.Second); err != nil {
-			c.log.Warn("gossip node data", "err", err)
+		if err := c.ml.UpdateNode(c.metaTO); err != nil {
+			c.log.Debug("node data broadcast", "err", err)
 		}
+		c.pushMeta()
+	}
+}
+
+// pushMeta does a push/pull with up to metaPushFanout random alive members.
+func (c *Cluster) pushMeta() {
+	c.mu.Lock()
+	var addrs []string
+	for _, m := range c.st.members {
+		if m.alive && m.name != c.name && m.addr.IsValid() {
+			addrs = append(addrs, m.addr.String())
+		}
+	}
+	c.mu.Unlock()
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	addrs = addrs[:min(len(addrs), metaPushFanout)]
+	if len(addrs) == 0 {
+		return
+	}
+	c.metaPushPulls.Add(1)
+	if n, err := c.ml.Join(addrs); err != nil {
+		c.log.Warn("push/pull of node data", "reached", n, "of", len(addrs), "err", err)
 	}
 }
 
@@ -767,6 +805,7 @@ type Stats struct {
 	EpochBumps               uint64
 	Deliveries               uint64 // Sink calls
 	SinkErrors               uint64
+	MetaPushPulls            uint64 // push/pull rounds that carried a node meta change
 }
 
 // Stats returns the current counters.
@@ -816,5 +855,6 @@ func (c *Cluster) Stats() Stats {
 	s.DecodeErrors = c.decodeErrs.Load()
 	s.Rejected = s.RejectedForeignOwner + s.RejectedVTEP + s.RejectedNotMember + s.DecodeErrors
 	s.Deliveries, s.SinkErrors = c.deliveries.Load(), c.sErr.Load()
+	s.MetaPushPulls = c.metaPushPulls.Load()
 	return s
 }

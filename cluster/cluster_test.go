@@ -513,12 +513,41 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestNodeDataWithoutGossip: when the meta broadcast is lost (here every
+// packet of the node is dropped, its streams not), the node data still
+// reaches the others at once by push/pull, not at the periodic one.
+func TestNodeDataWithoutGossip(t *testing.T) {
+	h := newHarness(t)
+	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour }
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	waitMembers(t, nodes, 3)
+	mute := nodes[2].tr.Addr()
+	h.net.SetFilter(func(from, _ netip.AddrPort, stream bool) bool { return stream || from != mute })
+	defer h.net.SetFilter(nil)
+	if err := nodes[2].c.SetNodeData([]byte("keys-1")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 3*time.Second, "node data spread without packets", func() error {
+		for _, n := range nodes[:2] {
+			if got, _ := n.sink.getData(nodes[2].ip); string(got) != "keys-1" {
+				return fmt.Errorf("%s has %q", n.name, got)
+			}
+		}
+		return nil
+	})
+	t.Logf("node data arrived %v after SetNodeData", time.Since(start).Round(time.Millisecond))
+	if s := nodes[2].c.Stats(); s.MetaPushPulls == 0 {
+		t.Errorf("MetaPushPulls = 0, want the push/pull counted")
+	}
+}
+
 // TestNodeData: data a node publishes reaches the others, follows updates,
 // and goes when the node is gone past the grace period.
 func TestNodeData(t *testing.T) {
 	h := newHarness(t)
 	h.grace = time.Second
-	// No push/pull within the test: the meta update alone must deliver
+	// No periodic push/pull within the test: the meta update must deliver
 	// (it once waited for the next push/pull to wake the delivery).
 	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour }
 	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
