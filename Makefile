@@ -7,7 +7,7 @@ BIN     := bin/overlay-plugin
 # Static, reproducible-path binary: the managed plugin's rootfs has no libc.
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build demo test test-unit test-vm vm-smoke bench-scale plugin plugin-install e2e-docker vet clean
+.PHONY: all build demo test test-go test-unit test-vm vm-smoke bench-scale plugin plugin-install e2e-docker vet clean
 
 all: build
 
@@ -20,9 +20,15 @@ build:
 demo: build
 	bash scripts/demo.sh
 
-# The whole suite. Tests that need root (namespaces, netlink) skip with a
-# printed reason when not root; CI is root, so there they run.
-test: vet
+# The whole suite, every layer: the Go tests, the VM, the Docker swarm
+# (scripts/test.sh; TEST_LAYERS="go vm docker" selects). Root: without it
+# the privileged layers skip with a printed reason and the run fails.
+test:
+	bash scripts/test.sh
+
+# The Go layer: vet, then every package under the race detector. Tests that
+# need root (namespaces, netlink) skip with a printed reason when not root.
+test-go: vet
 	$(GO) test -race -count=1 ./...
 
 # Fast tests only: no race detector, long and privileged tests skipped.
