@@ -66,9 +66,11 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,6 +172,9 @@ type Cluster struct {
 	mu    sync.Mutex
 	st    *state
 	cands map[string]*candidate
+	// comebacks are the addresses of members that came back from gone,
+	// for a push/pull by the rejoin goroutine.
+	comebacks map[string]bool
 
 	numAlive                     atomic.Int64 // alive members incl. self; read by the queue
 	bytesIn, bytesOut            atomic.Uint64
@@ -255,6 +260,7 @@ func New(cfg Config) (*Cluster, error) {
 		sink:      cfg.Sink,
 		rejoin:    cfg.RejoinInterval,
 		cands:     map[string]*candidate{},
+		comebacks: map[string]bool{},
 		deliverCh: make(chan struct{}, 1),
 		metaCh:    make(chan struct{}, 1),
 		joinCh:    make(chan struct{}, 1),
@@ -639,6 +645,7 @@ func (c *Cluster) rejoinLoop() {
 	t := time.NewTicker(c.rejoin)
 	defer t.Stop()
 	for {
+		c.syncComebacks()
 		c.rejoinRound()
 		select {
 		case <-c.stop:
@@ -646,6 +653,25 @@ func (c *Cluster) rejoinLoop() {
 		case <-t.C:
 		case <-c.joinCh:
 		}
+	}
+}
+
+// syncComebacks does a push/pull with each member that came back from gone.
+// The push/pull that healed the partition ran while the member was still
+// gone here (memberlist marks it alive only after it refutes), so its
+// records were refused as those of a node gone past the grace; this one
+// runs with the member alive and takes them, instead of the next periodic
+// push/pull.
+func (c *Cluster) syncComebacks() {
+	c.mu.Lock()
+	addrs := slices.Collect(maps.Keys(c.comebacks))
+	clear(c.comebacks)
+	c.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	if n, err := c.ml.Join(addrs); err != nil {
+		c.log.Debug("push/pull with members that came back", "reached", n, "of", len(addrs), "err", err)
 	}
 }
 

@@ -58,6 +58,8 @@ func TestPublishRetractConverge(t *testing.T) {
 	nodes[1].c.Publish(netA, p)
 	want[eid] = ep{nodes[1], p}
 	waitConverged(t, nodes, netA, want, 10*time.Second)
+	// Under load the fast timers can suspect a node for a moment.
+	waitMembers(t, nodes, 5)
 
 	for _, n := range nodes {
 		s := n.c.Stats()
@@ -187,6 +189,33 @@ func TestComebackWithinGrace(t *testing.T) {
 			t.Errorf("%s deleted the endpoint of a node that came back within grace", n.name)
 		}
 	}
+}
+
+// TestComebackPastGrace: a node cut off past the grace loses its records on
+// the others; when it comes back they are taken again at once (the push/pull
+// with a member that came back), not at the next periodic push/pull, which
+// here never comes.
+func TestComebackPastGrace(t *testing.T) {
+	h := newHarness(t)
+	h.grace = time.Second
+	// One rejoin round heals the partition, as with the default interval.
+	h.rejoin = 2 * time.Second
+	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour }
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	waitMembers(t, nodes, 3)
+	p := testPeer("e3", 3)
+	nodes[2].c.Publish(netA, p)
+	want := map[string]ep{"e3": {nodes[2], p}}
+	waitConverged(t, nodes, netA, want, 5*time.Second)
+
+	isolated := nodes[2].tr.Addr()
+	h.net.SetFilter(func(from, to netip.AddrPort, _ bool) bool { return from != isolated && to != isolated })
+	waitConverged(t, nodes[:2], netA, map[string]ep{}, 10*time.Second)
+	h.net.SetFilter(nil)
+	healed := time.Now()
+	waitMembers(t, nodes, 3)
+	waitConverged(t, nodes, netA, want, 8*time.Second)
+	t.Logf("records back %v after the partition healed", time.Since(healed).Round(time.Millisecond))
 }
 
 // TestRestartRetractsLostEndpoints: a node restarts (new process, new
@@ -518,7 +547,12 @@ func TestNewValidates(t *testing.T) {
 // reaches the others at once by push/pull, not at the periodic one.
 func TestNodeDataWithoutGossip(t *testing.T) {
 	h := newHarness(t)
-	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour }
+	h.tweak = func(c *memberlist.Config) {
+		fastTimers(c)
+		c.PushPullInterval = time.Hour
+		// Slow probes: the muted node must not be suspected meanwhile.
+		c.ProbeInterval, c.ProbeTimeout = 2*time.Second, time.Second
+	}
 	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
 	waitMembers(t, nodes, 3)
 	mute := nodes[2].tr.Addr()
@@ -528,7 +562,7 @@ func TestNodeDataWithoutGossip(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	eventually(t, 3*time.Second, "node data spread without packets", func() error {
+	eventually(t, 5*time.Second, "node data spread without packets", func() error {
 		for _, n := range nodes[:2] {
 			if got, _ := n.sink.getData(nodes[2].ip); string(got) != "keys-1" {
 				return fmt.Errorf("%s has %q", n.name, got)

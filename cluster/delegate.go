@@ -122,8 +122,12 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	meta := bytes.Clone(n.Meta)
 	now := c.clock()
 	c.mu.Lock()
-	c.st.memberUp(n.Name, addr, meta, now)
+	back := c.st.memberUp(n.Name, addr, meta, now)
 	c.flushLocked()
+	if back && addr.IsValid() {
+		c.comebacks[addr.String()] = true
+		c.wake(c.joinCh)
+	}
 	if n.Name != c.name && addr.IsValid() {
 		a := addr.String()
 		cand := c.cands[a]

@@ -387,12 +387,15 @@ func (s *state) addPending(r *record, now time.Time) {
 	s.pendingTotal++
 }
 
-// memberUp: name is alive (joined, came back, or updated its meta).
-func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time.Time) {
+// memberUp: name is alive (joined, came back, or updated its meta). It
+// reports whether name came back: known, and not alive until now.
+func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time.Time) (back bool) {
 	m := s.members[name]
 	if m == nil {
 		m = &member{name: name}
 		s.members[name] = m
+	} else {
+		back = !m.alive && name != s.self
 	}
 	if !m.alive {
 		m.since = now
@@ -401,7 +404,7 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 	m.alive, m.purged, m.addr = true, false, addr
 	if name == s.self {
 		m.vtep, m.epoch = s.vtep, s.epoch
-		return
+		return false
 	}
 	if vtep, epoch, data, err := parseMeta(meta); err != nil {
 		s.log.Warn("member without usable meta: its records' VTEPs are not checked", "member", name, "err", err)
@@ -435,6 +438,7 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 			s.apply(r, srcPending, now)
 		}
 	}
+	return back
 }
 
 // memberDown: name left or failed. Its records stay for deadGrace.
