@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"strconv"
@@ -51,6 +52,9 @@ type serveConfig struct {
 	// DockerSocket, if set, is the Docker engine's API socket, asked for
 	// the swarm's node addresses as gossip hints.
 	DockerSocket string
+	// MetricsAddr, if set, is a TCP host:port serving Prometheus metrics
+	// (they are on the admin socket's /metrics in any case).
+	MetricsAddr string
 }
 
 // usageError is a bad command line or environment: exit status 2.
@@ -279,8 +283,14 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.value(durationValue{&cfg.DeadGrace}, "dead-grace", "OVERLAY_DEAD_GRACE", "how long a failed node's endpoints are kept elsewhere (`duration`)")
 	f.value(durationValue{&cfg.KeyRotation}, "key-rotation", "OVERLAY_KEY_ROTATION", "interval between IPsec key generations (`duration`)")
 	f.stringVar(&cfg.DockerSocket, "docker-socket", "OVERLAY_DOCKER_SOCKET", "", "Docker engine API socket, asked for the swarm's nodes so gossip needs no --join")
+	f.stringVar(&cfg.MetricsAddr, "metrics-addr", "OVERLAY_METRICS_ADDR", "", "TCP `host:port` serving Prometheus metrics (default: only GET /metrics on the admin socket)")
 	if err := f.parse(args, getenv); err != nil {
 		return cfg, err
+	}
+	if cfg.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(cfg.MetricsAddr); err != nil {
+			return cfg, usagef("serve: --metrics-addr %q: %v", cfg.MetricsAddr, err)
+		}
 	}
 	if cfg.SecretFile != "" && cfg.GossipPort == 0 {
 		return cfg, usagef("serve: --secret-file needs the gossip control plane (--gossip-port is 0)")

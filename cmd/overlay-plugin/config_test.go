@@ -116,6 +116,7 @@ func TestServeConfigErrors(t *testing.T) {
 		// the setting is wrong either way.
 		{"bad env under a good flag", []string{"--vxlan-port", "4789"}, map[string]string{"OVERLAY_VXLAN_PORT": "x"}, []string{"OVERLAY_VXLAN_PORT"}},
 		{"bad flag value", []string{"--vxlan-port", "x"}, nil, []string{"vxlan-port"}},
+		{"bad metrics address", []string{"--metrics-addr", "9547"}, nil, []string{"--metrics-addr", `"9547"`}},
 		{"unknown flag", []string{"--colour", "blue"}, nil, []string{"colour"}},
 		{"extra argument", []string{"now"}, nil, []string{`unexpected argument "now"`}},
 		{"empty socket", []string{"--socket", ""}, nil, []string{"--socket must not be empty"}},

@@ -21,6 +21,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/firewall"
+	"github.com/overlay-plugin/overlay-plugin/metrics"
 )
 
 // advertiseWait is how long the plugin waits for Docker to name this
@@ -284,4 +285,23 @@ func (b adminBackend) RotateKeys() error {
 		return errNoEncryption
 	}
 	return cp.enc.Rotate()
+}
+
+// metricsSources reads the driver and, once it runs, the control plane.
+func metricsSources(g *guard, cps *cpHolder) metrics.Sources {
+	return metrics.Sources{
+		Networks: g.networks,
+		Cluster: func() (cluster.Stats, bool) {
+			if cp := cps.get(); cp != nil && cp.cluster != nil {
+				return cp.cluster.Stats(), true
+			}
+			return cluster.Stats{}, false
+		},
+		Encryption: func() (encryption.Status, bool) {
+			if cp := cps.get(); cp != nil && cp.enc != nil {
+				return cp.enc.Status(), true
+			}
+			return encryption.Status{}, false
+		},
+	}
 }

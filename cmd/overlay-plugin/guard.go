@@ -11,6 +11,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
@@ -34,6 +35,7 @@ var (
 type guard struct {
 	log       *slog.Logger
 	readyWait time.Duration
+	calls     *metrics.Calls // safe for concurrent use
 
 	// ready is closed once drv or initErr is set; both are read-only after.
 	ready   chan struct{}
@@ -52,7 +54,7 @@ type guard struct {
 }
 
 func newGuard(log *slog.Logger, readyWait time.Duration) *guard {
-	return &guard{log: log, readyWait: readyWait, ready: make(chan struct{}), stopping: make(chan struct{})}
+	return &guard{log: log, readyWait: readyWait, calls: metrics.NewCalls(), ready: make(chan struct{}), stopping: make(chan struct{})}
 }
 
 // setDriver makes the driver available; call once, or fail instead.
@@ -69,6 +71,15 @@ func (g *guard) fail(err error) {
 }
 
 // Ready reports whether calls are served now.
+// networks is the driver's state for metrics: nil until the driver is
+// ready, and not counted or logged as a call.
+func (g *guard) networks() []driver.NetworkState {
+	if !g.Ready() {
+		return nil
+	}
+	return g.drv.State()
+}
+
 func (g *guard) Ready() bool {
 	select {
 	case <-g.ready:
@@ -149,6 +160,7 @@ func (g *guard) end() {
 func call[T any](g *guard, name string, attrs []any, f func(backend) (T, error)) (res T, err error) {
 	start := time.Now()
 	if err := g.begin(); err != nil {
+		g.calls.Observe(name, time.Since(start), err)
 		g.log.Warn("driver call refused", append([]any{"call", name, "err", err}, attrs...)...)
 		return res, err
 	}
@@ -158,6 +170,7 @@ func call[T any](g *guard, name string, attrs []any, f func(backend) (T, error))
 			err = fmt.Errorf("%s: internal error in the overlay plugin: %v", name, v)
 		}
 		g.end()
+		g.calls.Observe(name, time.Since(start), err)
 		attrs = append(attrs, "duration", time.Since(start))
 		if err != nil {
 			g.log.Warn("driver call failed", append([]any{"call", name, "err", err}, attrs...)...)

@@ -24,6 +24,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
@@ -124,7 +125,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	closers = append(closers, func() { removeSocket(log, cfg.Socket) })
 	plugin := newPluginAPI(g, log)
 	closers = append(closers, plugin.Close)
-	serverErrs := make(chan error, 2)
+	serverErrs := make(chan error, 3)
 	pluginSrv := startServer(pl, plugin, serverErrs, "plugin API")
 
 	// 2. The state database. bbolt locks the file: a second instance on the
@@ -153,8 +154,22 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	closers = append(closers, func() { removeSocket(log, cfg.AdminSocket) })
 	cps := &cpHolder{}
-	adminSrv := startServer(al, adminapi.NewServer(adminBackend{g, cps}, g.Ready, log), serverErrs, "admin API")
+	metricsH := metrics.Handler(metricsSources(g, cps), g.calls)
+	admin := http.NewServeMux()
+	admin.Handle("GET /metrics", metricsH)
+	admin.Handle("/", adminapi.NewServer(adminBackend{g, cps}, g.Ready, log))
+	adminSrv := startServer(al, admin, serverErrs, "admin API")
 	servers := []*http.Server{pluginSrv, adminSrv}
+	if cfg.MetricsAddr != "" {
+		ml, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return stopServers(log, g, deps, fmt.Errorf("metrics address: %w", err), servers...)
+		}
+		only := http.NewServeMux()
+		only.Handle("GET /metrics", metricsH)
+		servers = append(servers, startServer(ml, only, serverErrs, "metrics"))
+		log.Info("serving metrics", "addr", ml.Addr())
+	}
 
 	// 4. The driver, which removes what a previous run left in the kernel.
 	drv, release, err := buildDriver(cfg, deps, db, log)

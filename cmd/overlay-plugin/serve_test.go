@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -406,5 +407,55 @@ func TestCLIAgainstServe(t *testing.T) {
 	status, out, _ = cli("state")
 	if status != 0 || !strings.Contains(out, `"peers": []`) {
 		t.Errorf("state after peer del: %d\n%s", status, out)
+	}
+}
+
+// TestServeMetrics: Prometheus metrics on the admin socket and, with
+// --metrics-addr, on TCP (loopback here), counting Docker's calls.
+func TestServeMetrics(t *testing.T) {
+	cfg := testConfig(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MetricsAddr = l.Addr().String()
+	l.Close()
+	k := fakekernel.New()
+	in := start(t, cfg, testDeps(k))
+	in.waitHealthy(t)
+	plugin := unixClient(cfg.Socket)
+	if r := post(t, plugin, "http://plugin", "/NetworkDriver.GetCapabilities", struct{}{}); r.status != 200 {
+		t.Fatalf("GetCapabilities: %d %s", r.status, r.body)
+	}
+	get := func(c *http.Client, url string) string {
+		t.Helper()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	want := `overlay_plugin_driver_calls_total{call="GetCapabilities",outcome="ok"} 1`
+	for name, body := range map[string]string{
+		"admin socket": get(unixClient(cfg.AdminSocket), "http://admin/metrics"),
+		"metrics addr": get(http.DefaultClient, "http://"+cfg.MetricsAddr+"/metrics"),
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("%s: no %q in\n%s", name, want, body)
+		}
+	}
+	// The TCP listener serves metrics only, never the admin API.
+	resp, err := http.Get("http://" + cfg.MetricsAddr + "/v1/networks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /v1/networks on the metrics address: %d, want 404", resp.StatusCode)
 	}
 }

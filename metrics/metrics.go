@@ -1,0 +1,213 @@
+// Package metrics exports the plugin's state as Prometheus metrics. Gauges
+// and counters are read at scrape time from the parts that own them (the
+// driver's networks, the gossip cluster's Stats, the encryption manager's
+// Status), so there is no second set of counters to keep in step; only the
+// driver API calls are observed as they happen.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/encryption"
+)
+
+const ns = "overlay_plugin"
+
+// Sources are read at every scrape. Each may be nil, and Cluster and
+// Encryption report false while their part is not running.
+type Sources struct {
+	Networks   func() []driver.NetworkState
+	Cluster    func() (cluster.Stats, bool)
+	Encryption func() (encryption.Status, bool)
+}
+
+// Calls observes the driver API calls Docker makes.
+type Calls struct {
+	total    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewCalls returns an unregistered call observer.
+func NewCalls() *Calls {
+	return &Calls{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "driver_calls_total",
+			Help: "Driver API calls (Docker's and the admin API's), by call and outcome (ok or error).",
+		}, []string{"call", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "driver_call_duration_seconds",
+			Help:    "Duration of driver API calls, by call.",
+			Buckets: []float64{.0005, .001, .005, .01, .05, .1, .5, 1, 5},
+		}, []string{"call"}),
+	}
+}
+
+// Observe records one call.
+func (c *Calls) Observe(call string, d time.Duration, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	c.total.WithLabelValues(call, outcome).Inc()
+	c.duration.WithLabelValues(call).Observe(d.Seconds())
+}
+
+// Handler serves the metrics of src and calls, with the Go runtime's and
+// the process's.
+func Handler(src Sources, calls *Calls) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collector{src}, calls.total, calls.duration)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(ns+"_"+name, help, labels, nil)
+}
+
+var (
+	netEndpoints = desc("network_endpoints", "Local endpoints of a network, by joined (true, false).", "network", "vni", "joined")
+	netPeers     = desc("network_remote_endpoints", "Remote endpoints in a network's peer table.", "network", "vni")
+	netFDB       = desc("network_fdb_entries", "Static FDB entries in a network's sandbox, read from the kernel (one per remote endpoint when in sync).", "network", "vni")
+	netSandbox   = desc("network_sandbox", "1 when the network has a sandbox on this host (a local endpoint joined).", "network", "vni")
+
+	clGauges = map[string]*prometheus.Desc{
+		"alive":     desc("gossip_members_alive", "Gossip members alive, this node included."),
+		"gone":      desc("gossip_members_gone", "Gossip members gone whose records are still kept (within the dead grace)."),
+		"records":   desc("gossip_records", "Live endpoint records, own and remote."),
+		"own":       desc("gossip_own_records", "Live endpoint records published by this node."),
+		"tombs":     desc("gossip_tombstones", "Tombstones of deleted endpoints kept."),
+		"pending":   desc("gossip_pending_records", "Records held until their owner joins."),
+		"broadcast": desc("gossip_broadcasts_queued", "Record broadcasts waiting to be sent."),
+	}
+	clBytes    = desc("gossip_bytes_total", "Payload bytes of the plugin's gossip (messages and push/pull state), by direction.", "direction")
+	clMsgs     = desc("gossip_messages_received_total", "Gossip messages received.")
+	clStates   = desc("gossip_push_pulls_total", "Push/pull state exchanges, by direction (sent, received).", "direction")
+	clAccepted = desc("gossip_records_accepted_total", "Remote record updates applied, by source (gossip, push_pull).", "source")
+	clStale    = desc("gossip_records_stale_total", "Remote record updates older than or equal to what is held.")
+	clRejected = desc("gossip_records_rejected_total", "Remote records rejected, by reason.", "reason")
+	clOther    = map[string]*prometheus.Desc{
+		"retracted": desc("gossip_records_retracted_total", "Own records of an earlier incarnation tombstoned."),
+		"purged":    desc("gossip_records_purged_total", "Records of nodes gone past the dead grace removed."),
+		"expired":   desc("gossip_tombstones_expired_total", "Tombstones expired."),
+		"dropped":   desc("gossip_pending_dropped_total", "Pending records dropped (expired or over the limit)."),
+		"epochs":    desc("gossip_epoch_bumps_total", "Times this node's epoch moved past one seen from the network."),
+		"delivered": desc("gossip_deliveries_total", "Remote endpoint changes handed to the driver."),
+		"sinkErr":   desc("gossip_delivery_errors_total", "Remote endpoint changes the driver did not apply."),
+		"metaPush":  desc("gossip_meta_push_pulls_total", "Push/pull rounds that carried a change of this node's meta (its keys)."),
+	}
+
+	encUp          = desc("encryption_supported", "1 when this host can serve encrypted networks (secret set, kernel has ESP with AES-GCM).")
+	encGens        = desc("encryption_own_generations", "This node's key generations published (current, next, retiring).")
+	encVNIs        = desc("encryption_vnis", "Encrypted VNIs with a local sandbox.")
+	encRemotes     = desc("encryption_remotes", "Remote hosts programmed for IPsec, by policy state (active, blocked: waiting for keys).", "policy")
+	encSAs         = desc("encryption_sas", "IPsec SAs of this plugin in the kernel.")
+	encLastErrored = desc("encryption_last_error", "1 when the last IPsec programming failed (see `overlay-plugin encryption`).")
+)
+
+type collector struct{ src Sources }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	if c.src.Networks != nil {
+		collectNetworks(ch, c.src.Networks())
+	}
+	if c.src.Cluster != nil {
+		if s, ok := c.src.Cluster(); ok {
+			collectCluster(ch, s)
+		}
+	}
+	if c.src.Encryption != nil {
+		if s, ok := c.src.Encryption(); ok {
+			collectEncryption(ch, s)
+		}
+	}
+}
+
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkState) {
+	for _, n := range nets {
+		vni := strconv.FormatUint(uint64(n.VNI), 10)
+		joined := 0
+		for _, e := range n.Endpoints {
+			if e.Joined {
+				joined++
+			}
+		}
+		gauge(ch, netEndpoints, float64(joined), n.ID, vni, "true")
+		gauge(ch, netEndpoints, float64(len(n.Endpoints)-joined), n.ID, vni, "false")
+		gauge(ch, netPeers, float64(len(n.Peers)), n.ID, vni)
+		gauge(ch, netSandbox, bool01(n.Sandbox != ""), n.ID, vni)
+		if n.Kernel != nil {
+			gauge(ch, netFDB, float64(len(n.Kernel.FDB)), n.ID, vni)
+		}
+	}
+}
+
+func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
+	for k, v := range map[string]int{"alive": s.MembersAlive, "gone": s.MembersGone, "records": s.Records, "own": s.OwnRecords,
+		"tombs": s.Tombstones, "pending": s.Pending, "broadcast": s.BroadcastsQueued} {
+		gauge(ch, clGauges[k], float64(v))
+	}
+	counter(ch, clBytes, s.BytesSent, "sent")
+	counter(ch, clBytes, s.BytesReceived, "received")
+	counter(ch, clMsgs, s.MessagesReceived)
+	counter(ch, clStates, s.StatesSent, "sent")
+	counter(ch, clStates, s.StatesReceived, "received")
+	counter(ch, clAccepted, s.Accepted, "gossip")
+	counter(ch, clAccepted, s.AcceptedFromState, "push_pull")
+	counter(ch, clStale, s.Stale)
+	counter(ch, clRejected, s.RejectedForeignOwner, "foreign_owner")
+	counter(ch, clRejected, s.RejectedVTEP, "vtep_mismatch")
+	counter(ch, clRejected, s.RejectedNotMember, "owner_gone")
+	counter(ch, clRejected, s.DecodeErrors, "malformed")
+	for k, v := range map[string]uint64{"retracted": s.Retracted, "purged": s.Purged, "expired": s.ExpiredTombstones,
+		"dropped": s.PendingDropped, "epochs": s.EpochBumps, "delivered": s.Deliveries, "sinkErr": s.SinkErrors,
+		"metaPush": s.MetaPushPulls} {
+		counter(ch, clOther[k], v)
+	}
+}
+
+func collectEncryption(ch chan<- prometheus.Metric, s encryption.Status) {
+	gauge(ch, encUp, bool01(s.Supported == ""))
+	gauge(ch, encGens, float64(len(s.Own)))
+	gauge(ch, encVNIs, float64(len(s.VNIs)))
+	active, blocked := 0, 0
+	for _, r := range s.Remotes {
+		switch {
+		case r.Blocked:
+			blocked++
+		case r.PolicySPI != 0:
+			active++
+		}
+	}
+	gauge(ch, encRemotes, float64(active), "active")
+	gauge(ch, encRemotes, float64(blocked), "blocked")
+	gauge(ch, encSAs, float64(len(s.States)))
+	gauge(ch, encLastErrored, bool01(s.LastError != ""))
+}

@@ -1,0 +1,102 @@
+package metrics
+
+import (
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
+)
+
+func scrape(t *testing.T, src Sources, calls *Calls) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	Handler(src, calls).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("GET /metrics: %d", rec.Code)
+	}
+	b, _ := io.ReadAll(rec.Body)
+	return string(b)
+}
+
+func TestScrape(t *testing.T) {
+	src := Sources{
+		Networks: func() []driver.NetworkState {
+			return []driver.NetworkState{{
+				ID: "net1", VNI: 256, Sandbox: "net1",
+				Endpoints: []driver.EndpointState{{ID: "a", Joined: true}, {ID: "b"}},
+				Peers:     []peerdb.Peer{{EndpointID: "r1"}, {EndpointID: "r2"}},
+				Kernel:    &driver.KernelState{FDB: []kernel.FDBEntry{{}, {}}},
+			}}
+		},
+		Cluster: func() (cluster.Stats, bool) {
+			return cluster.Stats{MembersAlive: 3, Records: 7, BytesSent: 1000, RejectedVTEP: 2, MetaPushPulls: 4}, true
+		},
+		Encryption: func() (encryption.Status, bool) {
+			return encryption.Status{Own: make([]encryption.PublicKeyInfo, 2), Remotes: []encryption.RemoteStatus{
+				{PolicySPI: 7}, {Blocked: true},
+			}, States: make([]encryption.StateInfo, 4), LastError: "boom"}, true
+		},
+	}
+	calls := NewCalls()
+	calls.Observe("Join", 2*time.Millisecond, nil)
+	calls.Observe("Join", time.Millisecond, errors.New("no"))
+	out := scrape(t, src, calls)
+	for _, want := range []string{
+		`overlay_plugin_network_endpoints{joined="true",network="net1",vni="256"} 1`,
+		`overlay_plugin_network_endpoints{joined="false",network="net1",vni="256"} 1`,
+		`overlay_plugin_network_remote_endpoints{network="net1",vni="256"} 2`,
+		`overlay_plugin_network_fdb_entries{network="net1",vni="256"} 2`,
+		`overlay_plugin_network_sandbox{network="net1",vni="256"} 1`,
+		`overlay_plugin_gossip_members_alive 3`,
+		`overlay_plugin_gossip_records 7`,
+		`overlay_plugin_gossip_bytes_total{direction="sent"} 1000`,
+		`overlay_plugin_gossip_records_rejected_total{reason="vtep_mismatch"} 2`,
+		`overlay_plugin_gossip_meta_push_pulls_total 4`,
+		`overlay_plugin_encryption_supported 1`,
+		`overlay_plugin_encryption_own_generations 2`,
+		`overlay_plugin_encryption_remotes{policy="active"} 1`,
+		`overlay_plugin_encryption_remotes{policy="blocked"} 1`,
+		`overlay_plugin_encryption_sas 4`,
+		`overlay_plugin_encryption_last_error 1`,
+		`overlay_plugin_driver_calls_total{call="Join",outcome="ok"} 1`,
+		`overlay_plugin_driver_calls_total{call="Join",outcome="error"} 1`,
+		`overlay_plugin_driver_call_duration_seconds_count{call="Join"} 2`,
+		`go_goroutines `,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	problems, err := testutil.CollectAndLint(collector{src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestScrapeWithoutParts: before the driver is ready and without gossip or
+// encryption, a scrape still answers, with what exists.
+func TestScrapeWithoutParts(t *testing.T) {
+	out := scrape(t, Sources{
+		Cluster:    func() (cluster.Stats, bool) { return cluster.Stats{}, false },
+		Encryption: func() (encryption.Status, bool) { return encryption.Status{}, false },
+	}, NewCalls())
+	if strings.Contains(out, "overlay_plugin_gossip_") || strings.Contains(out, "overlay_plugin_encryption_") {
+		t.Errorf("metrics of parts that are not running:\n%s", out)
+	}
+	if !strings.Contains(out, "go_goroutines") {
+		t.Error("no runtime metrics")
+	}
+}
