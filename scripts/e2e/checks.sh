@@ -8,7 +8,8 @@
 # "docker -H unix:///run/n1.sock" or "docker -H ssh://root@node2"):
 #
 #   check_builtin_overlay  harness self-test: Docker's own overlay, global dnsrr service
-#   check_plugin_service   (a) plugin network, global dnsrr service, by address and tasks.<svc>
+#   check_plugin_service   (a) plugin network, global dnsrr service, by address and tasks.<svc>;
+#                          the metrics on each node's admin socket
 #   check_plugin_attachable (b) --attachable plugin network used by docker run on every node
 #   check_plugin_encrypted (c) --opt encrypted: a clear error without ESP, ESP traffic with it
 #   check_coexistence      (d) Docker's overlay and a plugin network side by side
@@ -366,7 +367,30 @@ check_plugin_service() {
 	ck_network e2e-plug "$E2E_PLUGIN" || { ck_fail "docker network create -d $E2E_PLUGIN: $CK_LAST_ERROR"; return 1; }
 	ck_web_service e2e-plug --mode global --network e2e-plug || return 1
 	ck_wait_tasks e2e-plug 1 || return 1
-	ck_mesh e2e-plug e2e-plug
+	ck_mesh e2e-plug e2e-plug || return 1
+	ck_have_hostx || return 0
+	# The managed plugin's metrics, from the host (admin socket in the
+	# 'state' mount): the joined task and the other node's are counted.
+	local i m nid
+	nid=$(ck_dk 0 network inspect -f '{{.Id}}' e2e-plug)
+	for ((i = 0; i < CK_N; i++)); do
+		m=$(ck_metrics "$i") || { ck_fail "node $i: no metrics on the admin socket"; return 1; }
+		for want in "overlay_plugin_network_endpoints{joined=\"true\",network=\"$nid\"" \
+			"overlay_plugin_network_remote_endpoints{network=\"$nid\"" "overlay_plugin_driver_calls_total{call=\"Join\",outcome=\"ok\"}" \
+			"overlay_plugin_gossip_members_alive $CK_N"; do
+			grep -qF "$want" <<<"$m" || { ck_fail "node $i: metrics lack $want"; return 1; }
+		done
+	done
+	ck_log "metrics on every node's admin socket count the network's endpoints and Docker's calls"
+}
+
+# ck_metrics I: the plugin's Prometheus metrics on node I, read on its host
+# through the admin socket in the plugin's 'state' mount.
+ck_metrics() {
+	local src
+	src=$(ck_dk "$1" plugin inspect -f '{{range .Settings.Mounts}}{{if eq .Name "state"}}{{.Source}}{{end}}{{end}}' "$E2E_PLUGIN" 2>/dev/null)
+	[[ -n $src ]] || return 1
+	ck_hx "$1" curl -sf --unix-socket "$src/admin.sock" http://plugin/metrics
 }
 
 check_plugin_attachable() {
