@@ -158,21 +158,33 @@ func TestCrashRemovedAfterGrace(t *testing.T) {
 	}
 }
 
-// TestComebackWithinGrace: a node cut off long enough to be declared dead
-// that comes back within the grace loses nothing: its endpoints are never
-// deleted on the others. The rejoin loop heals the partition.
-func TestComebackWithinGrace(t *testing.T) {
-	h := newHarness(t)
-	h.grace = 5 * time.Second
+// startWithE3 starts three nodes, publishes endpoint e3 on the third and
+// waits until every node has it.
+func startWithE3(t *testing.T, h *harness) ([]*tnode, map[string]ep) {
+	t.Helper()
 	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
 	waitMembers(t, nodes, 3)
 	p := testPeer("e3", 3)
 	nodes[2].c.Publish(netA, p)
 	want := map[string]ep{"e3": {nodes[2], p}}
 	waitConverged(t, nodes, netA, want, 5*time.Second)
+	return nodes, want
+}
 
-	isolated := nodes[2].tr.Addr()
-	h.net.SetFilter(func(from, to netip.AddrPort, _ bool) bool { return from != isolated && to != isolated })
+// isolate cuts n off the network, both ways; SetFilter(nil) heals.
+func (h *harness) isolate(n *tnode) {
+	a := n.tr.Addr()
+	h.net.SetFilter(func(from, to netip.AddrPort, _ bool) bool { return from != a && to != a })
+}
+
+// TestComebackWithinGrace: a node cut off long enough to be declared dead
+// that comes back within the grace loses nothing: its endpoints are never
+// deleted on the others. The rejoin loop heals the partition.
+func TestComebackWithinGrace(t *testing.T) {
+	h := newHarness(t)
+	h.grace = 5 * time.Second
+	nodes, want := startWithE3(t, h)
+	h.isolate(nodes[2])
 	eventually(t, 5*time.Second, "partition detected", func() error {
 		if aliveMembers(nodes[0].c) != 2 || aliveMembers(nodes[2].c) != 1 {
 			return fmt.Errorf("not yet")
@@ -201,15 +213,8 @@ func TestComebackPastGrace(t *testing.T) {
 	// One rejoin round heals the partition, as with the default interval.
 	h.rejoin = 2 * time.Second
 	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour }
-	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
-	waitMembers(t, nodes, 3)
-	p := testPeer("e3", 3)
-	nodes[2].c.Publish(netA, p)
-	want := map[string]ep{"e3": {nodes[2], p}}
-	waitConverged(t, nodes, netA, want, 5*time.Second)
-
-	isolated := nodes[2].tr.Addr()
-	h.net.SetFilter(func(from, to netip.AddrPort, _ bool) bool { return from != isolated && to != isolated })
+	nodes, want := startWithE3(t, h)
+	h.isolate(nodes[2])
 	waitConverged(t, nodes[:2], netA, map[string]ep{}, 10*time.Second)
 	h.net.SetFilter(nil)
 	healed := time.Now()

@@ -298,13 +298,19 @@ ck_mesh() {
 	return "$fails"
 }
 
+# ck_mount_source I NAME: the host directory of the plugin's mount NAME on
+# node I (its settable source).
+ck_mount_source() {
+	local src
+	src=$(ck_dk "$1" plugin inspect -f "{{range .Settings.Mounts}}{{if eq .Name \"$2\"}}{{.Source}}{{end}}{{end}}" "$E2E_PLUGIN" 2>/dev/null)
+	[[ -n $src ]] && echo "$src"
+}
+
 # ck_sandbox_dir I: the plugin's sandbox directory as seen on node I's host:
-# the source of its 'sandboxes' mount (/run/overlay-plugin in the plugin),
-# netns/ below it (OVERLAY_SANDBOX_DIR's default).
+# netns/ (OVERLAY_SANDBOX_DIR's default) in its 'sandboxes' mount.
 ck_sandbox_dir() {
 	local src
-	src=$(ck_dk "$1" plugin inspect -f '{{range .Settings.Mounts}}{{if eq .Name "sandboxes"}}{{.Source}}{{end}}{{end}}' "$E2E_PLUGIN" 2>/dev/null)
-	[[ -n $src ]] || return 1
+	src=$(ck_mount_source "$1" sandboxes) || return 1
 	echo "$src/netns"
 }
 
@@ -388,8 +394,7 @@ check_plugin_service() {
 # through the admin socket in the plugin's 'state' mount.
 ck_metrics() {
 	local src
-	src=$(ck_dk "$1" plugin inspect -f '{{range .Settings.Mounts}}{{if eq .Name "state"}}{{.Source}}{{end}}{{end}}' "$E2E_PLUGIN" 2>/dev/null)
-	[[ -n $src ]] || return 1
+	src=$(ck_mount_source "$1" state) || return 1
 	ck_hx "$1" curl -sf --unix-socket "$src/admin.sock" http://plugin/metrics
 }
 
