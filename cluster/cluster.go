@@ -165,7 +165,7 @@ type Cluster struct {
 	queue    *memberlist.TransmitLimitedQueue
 
 	// mu guards st (records, members, pending records, the dirty set and
-	// this node's version clock) and cands. Lock order: below the driver's
+	// this node's version clock), cands and comebacks. Lock order: below the driver's
 	// network.mu and memberlist's node lock; only the broadcast queue's
 	// internal (leaf) lock is taken under it. Never call the Sink or a
 	// memberlist.Memberlist method, nor block, while holding it.
