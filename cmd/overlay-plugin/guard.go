@@ -70,7 +70,6 @@ func (g *guard) fail(err error) {
 	close(g.ready)
 }
 
-// Ready reports whether calls are served now.
 // networks is the driver's state for metrics: nil until the driver is
 // ready, and not counted or logged as a call.
 func (g *guard) networks() []driver.NetworkState {
@@ -80,6 +79,7 @@ func (g *guard) networks() []driver.NetworkState {
 	return g.drv.State()
 }
 
+// Ready reports whether calls are served now.
 func (g *guard) Ready() bool {
 	select {
 	case <-g.ready:
