@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -175,4 +176,22 @@ func (c *Client) DiscoverNode(addr string, self bool) error {
 	}
 	return c.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: NodeDiscovery,
 		DiscoveryData: NodeDiscoveryData{Address: addr, BindAddress: bind, Self: self}})
+}
+
+// CreateNetworkRequest is what dockerd sends every node for a swarm network:
+// the leader's AllocateNetwork options under the generic key, and the IPAM
+// pools with their gateways ("addr/len"). An invalid pool6 leaves IPv6 off.
+func CreateNetworkRequest(networkID string, allocated map[string]string, pool4 netip.Prefix, gw4 string, pool6 netip.Prefix, gw6 string) *api.CreateNetworkRequest {
+	generic := map[string]any{}
+	for k, v := range allocated {
+		generic[k] = v
+	}
+	req := &api.CreateNetworkRequest{NetworkID: networkID,
+		Options:  map[string]any{"com.docker.network.generic": generic},
+		IPv4Data: []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: pool4.String(), Gateway: gw4}}}
+	if pool6.IsValid() {
+		req.Options["com.docker.network.enable_ipv6"] = true
+		req.IPv6Data = []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: pool6.String(), Gateway: gw6}}
+	}
+	return req
 }

@@ -445,18 +445,8 @@ func setup(t *testing.T) *suite {
 			t.Fatalf("AllocateNetwork %s options %v: want a VNI in vxlanid_list", nw.name, alloc.Options)
 		}
 		nw.vni, nw.options = uint32(vni), alloc.Options
-		generic := map[string]any{}
-		for k, v := range alloc.Options {
-			generic[k] = v
-		}
 		for _, n := range s.nodes {
-			req := &api.CreateNetworkRequest{NetworkID: nw.id,
-				Options:  map[string]any{"com.docker.network.generic": generic},
-				IPv4Data: []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: nw.pool4.String(), Gateway: nw.gw4}}}
-			if nw.pool6.IsValid() {
-				req.Options["com.docker.network.enable_ipv6"] = true
-				req.IPv6Data = []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: nw.pool6.String(), Gateway: nw.gw6}}
-			}
+			req := testbed.CreateNetworkRequest(nw.id, alloc.Options, nw.pool4, nw.gw4, nw.pool6, nw.gw6)
 			if err := n.plugin.API.CreateNetwork(req); err != nil {
 				t.Fatalf("%s CreateNetwork %s: %v", n.name, nw.name, err)
 			}

@@ -296,20 +296,8 @@ func newCluster(t *testing.T, o options) *gcluster {
 		t.Fatalf("AllocateNetwork options %v: flood echoed %v, want %v", alloc.Options, ok, o.flood)
 	}
 	c.vni = uint32(vni)
-	generic := map[string]any{}
-	for k, v := range alloc.Options {
-		generic[k] = v
-	}
 	for _, n := range c.nodes {
-		err := n.plugin.API.CreateNetwork(&api.CreateNetworkRequest{
-			NetworkID: c.netID,
-			Options: map[string]any{
-				"com.docker.network.generic":     generic,
-				"com.docker.network.enable_ipv6": true,
-			},
-			IPv4Data: []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: poolV4.String(), Gateway: gwV4}},
-			IPv6Data: []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: poolV6.String(), Gateway: gwV6}},
-		})
+		err := n.plugin.API.CreateNetwork(testbed.CreateNetworkRequest(c.netID, alloc.Options, poolV4, gwV4, poolV6, gwV6))
 		if err != nil {
 			t.Fatalf("%s CreateNetwork: %v", n.name, err)
 		}

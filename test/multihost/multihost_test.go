@@ -167,20 +167,8 @@ func setup(t *testing.T, fam testbed.Family, hosts int) *cluster {
 		t.Fatalf("AllocateNetwork again returned %v, first %v: a new leader would change the network", again.Options, alloc.Options)
 	}
 
-	generic := map[string]any{}
-	for k, v := range alloc.Options {
-		generic[k] = v
-	}
 	for _, n := range c.nodes {
-		err := n.plugin.API.CreateNetwork(&api.CreateNetworkRequest{
-			NetworkID: c.netID,
-			Options: map[string]any{
-				"com.docker.network.generic":     generic,
-				"com.docker.network.enable_ipv6": true,
-			},
-			IPv4Data: []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: poolV4.String(), Gateway: gwV4}},
-			IPv6Data: []*api.IPAMData{{AddressSpace: "GlobalDefault", Pool: poolV6.String(), Gateway: gwV6}},
-		})
+		err := n.plugin.API.CreateNetwork(testbed.CreateNetworkRequest(c.netID, alloc.Options, poolV4, gwV4, poolV6, gwV6))
 		if err != nil {
 			t.Fatalf("%s CreateNetwork: %v", n.host.Name, err)
 		}
