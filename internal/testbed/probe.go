@@ -56,7 +56,7 @@ func (n *Netns) Ping(dst netip.Addr, timeout time.Duration) error {
 	msg = append(msg, payload...)
 	if dst.Is4() {
 		// The kernel fills in ICMPv6 checksums itself, not ICMPv4 ones.
-		binary.BigEndian.PutUint16(msg[2:], icmpChecksum(msg))
+		binary.BigEndian.PutUint16(msg[2:], InetChecksum(msg))
 	}
 	deadline := time.Now().Add(timeout)
 	_ = conn.SetDeadline(deadline)
@@ -121,8 +121,8 @@ func (n *Netns) PingFails(dst netip.Addr, count int) error {
 	return nil
 }
 
-// icmpChecksum is the Internet checksum (RFC 1071).
-func icmpChecksum(b []byte) uint16 {
+// InetChecksum is the Internet checksum (RFC 1071) of ICMP and IPv4 headers.
+func InetChecksum(b []byte) uint16 {
 	var s uint32
 	for i := 0; i+1 < len(b); i += 2 {
 		s += uint32(b[i])<<8 | uint32(b[i+1])

@@ -25,21 +25,6 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
-// inetChecksum is the Internet checksum (RFC 1071).
-func inetChecksum(b []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		s += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		s += uint32(b[len(b)-1]) << 8
-	}
-	for s > 0xffff {
-		s = s>>16 + s&0xffff
-	}
-	return ^uint16(s)
-}
-
 var pingID atomic.Uint32
 
 // pingDF sends one ICMP echo request whose IPv4 packet is size bytes long,
@@ -83,7 +68,7 @@ func pingDF(ns *testbed.Netns, dst netip.Addr, size int, timeout time.Duration) 
 	binary.BigEndian.PutUint16(msg[4:], id)
 	binary.BigEndian.PutUint16(msg[6:], seq)
 	_, _ = rand.Read(msg[8:])
-	binary.BigEndian.PutUint16(msg[2:], inetChecksum(msg))
+	binary.BigEndian.PutUint16(msg[2:], testbed.InetChecksum(msg))
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := conn.WriteTo(msg, &net.IPAddr{IP: dst.AsSlice()}); err != nil {
 		return fmt.Errorf("DF ping %s (%d bytes) from %s: send: %w", dst, size, ns.Name, err)
@@ -256,7 +241,7 @@ func ipv4Header(src, dst netip.Addr, proto byte, payloadLen int, id uint16) []by
 	s, d := src.As4(), dst.As4()
 	copy(h[12:], s[:])
 	copy(h[16:], d[:])
-	binary.BigEndian.PutUint16(h[10:], inetChecksum(h))
+	binary.BigEndian.PutUint16(h[10:], testbed.InetChecksum(h))
 	return h
 }
 
