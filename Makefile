@@ -6,6 +6,10 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/overlay-plugin
 # Static, reproducible-path binary: the managed plugin's rootfs has no libc.
 LDFLAGS := -s -w -X main.version=$(VERSION)
+# runtime/secret: key computations leave no copy in registers, on the stack
+# or on the heap (encryption/erase.go); the tests check it.
+GOEXPERIMENT ?= runtimesecret
+export GOEXPERIMENT
 
 .PHONY: all build demo test test-go test-unit test-vm vm-smoke bench-scale plugin plugin-install e2e-docker vet clean
 

@@ -121,7 +121,7 @@ func (s Schedule) Validate() error {
 // generation is one of this node's key pairs.
 type generation struct {
 	pub  PublicKey
-	priv *ecdh.PrivateKey // nil once wiped
+	priv []byte // the raw X25519 scalar, used only in inSecret; nil once wiped
 }
 
 // Keyring is this node's generations, oldest first. Not safe for concurrent
@@ -145,16 +145,16 @@ func NewKeyring(s Schedule, now time.Time) (*Keyring, error) {
 }
 
 func (k *Keyring) add(now, activate time.Time) error {
-	priv, err := newPrivateKey()
+	priv, pub, err := newKey()
 	if err != nil {
-		return err
+		return fmt.Errorf("generate X25519 key: %w", err)
 	}
 	gen := uint64(now.UnixNano())
 	if n := len(k.gens); n > 0 && gen <= k.gens[n-1].pub.Gen {
 		gen = k.gens[n-1].pub.Gen + 1 // a clock that stepped back
 	}
 	k.gens = append(k.gens, &generation{
-		pub:  PublicKey{Gen: gen, Key: priv.PublicKey().Bytes(), ActivateAt: activate},
+		pub:  PublicKey{Gen: gen, Key: pub, ActivateAt: activate},
 		priv: priv,
 	})
 	return nil
@@ -173,7 +173,7 @@ func (k *Keyring) Tick(now time.Time) (bool, error) {
 		changed = true
 	}
 	for len(k.gens) > 1 && !now.Before(k.gens[1].pub.ActivateAt.Add(k.sched.Grace)) {
-		wipe(k.gens[0].priv)
+		clear(k.gens[0].priv)
 		k.gens[0].priv = nil
 		k.gens = k.gens[1:]
 		changed = true
@@ -231,7 +231,7 @@ func (k *Keyring) Shared(gen uint64, peer []byte) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("peer public key: %w", err)
 		}
-		return g.priv.ECDH(pub)
+		return sharedSecret(g.priv, pub)
 	}
 	return nil, fmt.Errorf("no generation %d", gen)
 }

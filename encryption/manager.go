@@ -121,6 +121,8 @@ func NewManager(cfg Config) (*Manager, error) {
 	m.unsupported = m.xfrm.Check()
 	if m.unsupported != nil {
 		m.log.Warn("encrypted networks unavailable", "err", m.unsupported)
+	} else if !ErasesTemporaries {
+		m.log.Warn("built without GOEXPERIMENT=runtimesecret: copies of retired IPsec keys may stay in memory, weakening forward secrecy; build with make")
 	}
 	m.mu.Lock()
 	m.publish(m.keyring.Public())
@@ -394,12 +396,17 @@ func (m *Manager) sa(d Direction, own uint64, peerKey []byte) (SA, error) {
 	if sa, ok := m.derived[d]; ok {
 		return sa, nil
 	}
-	shared, err := m.keyring.Shared(own, peerKey)
-	if err != nil {
-		return SA{}, err
-	}
-	defer clear(shared)
-	sa, err := DeriveSA(shared, m.secret, d)
+	// In secret too: HKDF's state would let anyone who finds it on the
+	// stack recompute this SA's key after the generation retired.
+	var sa SA
+	var err error
+	inSecret(func() {
+		var shared []byte
+		if shared, err = m.keyring.Shared(own, peerKey); err == nil {
+			sa, err = DeriveSA(shared, m.secret, d)
+			clear(shared)
+		}
+	})
 	if err != nil {
 		return SA{}, err
 	}

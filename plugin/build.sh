@@ -25,7 +25,7 @@ die() { log "ERROR: $*"; exit 1; }
 if [[ ! -x $bin || ${REBUILD:-0} == 1 ]]; then
 	command -v go >/dev/null || die "$bin is missing and go is not installed (run make build first)"
 	log "building $bin"
-	(cd "$root" && CGO_ENABLED=0 go build -trimpath \
+	(cd "$root" && CGO_ENABLED=0 GOEXPERIMENT=runtimesecret go build -trimpath \
 		-ldflags "-s -w -X main.version=${VERSION:-$(git -C "$root" describe --always --dirty 2>/dev/null || echo dev)}" \
 		-o "$bin" ./cmd/overlay-plugin)
 fi
@@ -33,6 +33,12 @@ fi
 # The rootfs has no libc: the binary must be static.
 if command -v readelf >/dev/null && readelf -l "$bin" 2>/dev/null | grep -q 'program interpreter'; then
 	die "$bin is dynamically linked; build it with CGO_ENABLED=0"
+fi
+
+# Forward secrecy of encrypted networks needs runtime/secret (see
+# encryption/erase.go); never ship a binary built without it.
+if command -v go >/dev/null && ! go version -m "$bin" | grep -q 'GOEXPERIMENT=.*runtimesecret'; then
+	die "$bin was built without GOEXPERIMENT=runtimesecret (make build sets it)"
 fi
 
 case $out in /|"") die "refusing OUT_DIR '$out'" ;; esac

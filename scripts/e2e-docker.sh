@@ -3,7 +3,7 @@
 # machine. Run as root on Debian 12: bash scripts/e2e-docker.sh
 #
 # It installs what it needs from Debian (docker.io, containerd, runc, iptables,
-# busybox-static, iproute2), builds the plugin (make build, else go build) and
+# busybox-static, iproute2), builds the plugin (make build) and
 # its directory (plugin/build.sh), starts a 2-node swarm with one dockerd per
 # network namespace (scripts/e2e/lib.sh), proves the harness with Docker's own
 # overlay, installs the plugin on every node (plugin/install.sh) and runs the
@@ -64,21 +64,14 @@ e2e_kernel_has_esp() {
 	ip -n "$E2E_PREFIX-sw" xfrm state flush
 }
 
-# e2e_build_plugin: bin/overlay-plugin (make build when the Makefile has it)
-# and build/plugin.
+# e2e_build_plugin: bin/overlay-plugin (make build) and build/plugin.
 e2e_build_plugin() {
 	if [[ ${E2E_SKIP_BUILD:-0} == 1 && -f $E2E_ROOT/build/plugin/config.json ]]; then
 		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin as is"
 		return 0
 	fi
-	if [[ -f $E2E_ROOT/Makefile ]] && make -C "$E2E_ROOT" -n build >/dev/null 2>&1; then
-		log "make build"
-		make -C "$E2E_ROOT" build >&2 || return 1
-	else
-		command -v go >/dev/null || { log "no Makefile build target and no go: cannot build the plugin"; return 1; }
-		log "no make build target yet: CGO_ENABLED=0 go build -o bin/overlay-plugin ./cmd/overlay-plugin"
-		(cd "$E2E_ROOT" && CGO_ENABLED=0 go build -trimpath -o bin/overlay-plugin ./cmd/overlay-plugin) >&2 || return 1
-	fi
+	log "make build"
+	make -C "$E2E_ROOT" build >&2 || return 1
 	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin"
 }
 
