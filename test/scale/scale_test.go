@@ -23,9 +23,6 @@
 // memberlist runs with DefaultLANConfig, what the plugin uses, except
 // SuspicionMult (see -scale.suspicion-mult): 100 hosts share the test's
 // CPUs, and a host that is merely not scheduled must not be declared dead.
-// FDB entries are kept in an index of the simulation rather than in
-// fakekernel, whose AddFDB scans every entry (see fdbIndex); sandboxes,
-// veths and neighbour entries are the fake's.
 //
 // Under plain `go test ./...` it runs a small configuration (10 hosts × 20
 // endpoints each, about 10 s). The full run, 100 hosts × 100 endpoints each
@@ -78,7 +75,6 @@ var (
 	flagResync    = flag.Duration("scale.resync", 30*time.Second, "period of every host's driver.Resync, as the plugin's serve runs it (0: none)")
 	flagCompress  = flag.Bool("scale.compression", true, "memberlist EnableCompression (DefaultLANConfig: true)")
 	flagEncrypt   = flag.Bool("scale.encrypt", false, "encrypt gossip (AES-256-GCM shared key)")
-	flagFakeFDB   = flag.Bool("scale.fake-fdb", false, "keep FDB entries in fakekernel itself (O(entries) per AddFDB) instead of the simulation's MAC index")
 	flagProfile   = flag.String("scale.cpuprofile", "", "write a CPU profile of the rollout (first Join until convergence) to this file")
 	flagMemProf   = flag.String("scale.memprofile", "", "write a heap profile taken after the steady-state window to this file")
 	flagTimeout   = flag.Duration("scale.timeout", 15*time.Minute, "give up (and fail) if membership or convergence is not reached within this")
@@ -103,7 +99,6 @@ type params struct {
 	Compression      bool          `json:"compression"`
 	Resync           time.Duration `json:"resyncNs"`
 	Encrypt          bool          `json:"encrypt"`
-	FakeFDB          bool          `json:"fakeFDB"`
 	Timeout          time.Duration `json:"-"`
 	Out              string        `json:"-"`
 }
@@ -142,7 +137,6 @@ func paramsFromFlags() params {
 		Compression:      *flagCompress,
 		Resync:           *flagResync,
 		Encrypt:          *flagEncrypt,
-		FakeFDB:          *flagFakeFDB,
 		Timeout:          *flagTimeout,
 		Out:              *flagOut,
 	}

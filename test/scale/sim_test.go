@@ -158,7 +158,6 @@ type stampKernel struct {
 	node int
 	tr   *tracker
 	cost *opCost
-	fdb  *fdbIndex // nil: the fake's own FDB
 }
 
 func (k *stampKernel) CreateSandbox(s kernel.SandboxSpec) error {
@@ -189,124 +188,12 @@ func (k *stampKernel) DeleteNeighbor(sb string, ip netip.Addr) error {
 
 func (k *stampKernel) AddFDB(sb string, e kernel.FDBEntry) error {
 	defer k.cost.add(opAddFDB, time.Now())
-	if k.fdb != nil {
-		return k.fdb.add(sb, e)
-	}
 	return k.Kernel.AddFDB(sb, e)
 }
 
 func (k *stampKernel) DeleteFDB(sb string, e kernel.FDBEntry) error {
 	defer k.cost.add(opDeleteFDB, time.Now())
-	if k.fdb != nil {
-		return k.fdb.del(sb, e)
-	}
 	return k.Kernel.DeleteFDB(sb, e)
-}
-
-func (k *stampKernel) FDB(sb string) ([]kernel.FDBEntry, error) {
-	if k.fdb != nil {
-		return k.fdb.list(sb)
-	}
-	return k.Kernel.FDB(sb)
-}
-
-func (k *stampKernel) DeleteSandbox(name string) error {
-	err := k.Kernel.DeleteSandbox(name)
-	if err == nil && k.fdb != nil {
-		k.fdb.drop(name)
-	}
-	return err
-}
-
-func (k *stampKernel) RemoveLeftovers(keep func(string) bool) error {
-	err := k.Kernel.RemoveLeftovers(keep)
-	if k.fdb != nil {
-		k.fdb.clear() // nothing to keep: every host starts empty
-	}
-	return err
-}
-
-// fdbIndex keeps the FDB entries with the fake kernel's semantics (a
-// unicast MAC has one destination, adding it again replaces; zero-MAC
-// flood entries accumulate) but indexed by MAC. fakekernel.AddFDB scans
-// every entry of the sandbox to replace a unicast MAC: 0.68 s to add 9,900
-// entries to one sandbox (70 µs a call on average, quadratic in total), so
-// 68 s of CPU for 100 hosts, which alone is more than two cores give the
-// simulation during a 20 s rollout, all of it under the hosts' network
-// locks. Sandboxes, veths and neighbour entries stay in the fake.
-type fdbIndex struct {
-	// mu guards sbs. Leaf lock.
-	mu  sync.Mutex
-	sbs map[string]*sbFDB
-}
-
-type sbFDB struct {
-	uni   map[hwaddr.MAC]netip.Addr
-	flood map[netip.Addr]bool
-}
-
-func newFDBIndex() *fdbIndex { return &fdbIndex{sbs: map[string]*sbFDB{}} }
-
-func (x *fdbIndex) get(sb string) *sbFDB {
-	s := x.sbs[sb]
-	if s == nil {
-		s = &sbFDB{uni: map[hwaddr.MAC]netip.Addr{}, flood: map[netip.Addr]bool{}}
-		x.sbs[sb] = s
-	}
-	return s
-}
-
-func (x *fdbIndex) add(sb string, e kernel.FDBEntry) error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	s := x.get(sb)
-	if e.MAC.IsZero() {
-		s.flood[e.VTEP] = true
-	} else {
-		s.uni[e.MAC] = e.VTEP
-	}
-	return nil
-}
-
-func (x *fdbIndex) del(sb string, e kernel.FDBEntry) error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	s := x.get(sb)
-	switch {
-	case e.MAC.IsZero() && s.flood[e.VTEP]:
-		delete(s.flood, e.VTEP)
-	case !e.MAC.IsZero() && s.uni[e.MAC] == e.VTEP && e.VTEP.IsValid():
-		delete(s.uni, e.MAC)
-	default:
-		return fmt.Errorf("fdb %s dst %s in sandbox %q: %w", e.MAC, e.VTEP, sb, kernel.ErrNotFound)
-	}
-	return nil
-}
-
-func (x *fdbIndex) list(sb string) ([]kernel.FDBEntry, error) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	s := x.get(sb)
-	out := make([]kernel.FDBEntry, 0, len(s.uni)+len(s.flood))
-	for m, v := range s.uni {
-		out = append(out, kernel.FDBEntry{MAC: m, VTEP: v})
-	}
-	for v := range s.flood {
-		out = append(out, kernel.FDBEntry{VTEP: v})
-	}
-	return out, nil
-}
-
-func (x *fdbIndex) drop(sb string) {
-	x.mu.Lock()
-	delete(x.sbs, sb)
-	x.mu.Unlock()
-}
-
-func (x *fdbIndex) clear() {
-	x.mu.Lock()
-	clear(x.sbs)
-	x.mu.Unlock()
 }
 
 var _ kernel.Kernel = (*stampKernel)(nil)
@@ -337,9 +224,6 @@ type node struct {
 func startNode(dir string, net *memnet.Network, p params, tr *tracker, cost *opCost, log *slog.Logger, i int, seeds []string) (*node, error) {
 	n := &node{i: i, ip: nodeIP(i), fake: fakekernel.New()}
 	n.k = &stampKernel{Kernel: n.fake, node: i, tr: tr, cost: cost}
-	if !p.FakeFDB {
-		n.k.fdb = newFDBIndex()
-	}
 	db, err := bbolt.Open(filepath.Join(dir, fmt.Sprintf("%s.db", nodeName(i))), 0o600, nil)
 	if err != nil {
 		return nil, err
