@@ -232,7 +232,69 @@ func (m *Manager) Tick() error {
 	if changed {
 		m.publish(m.keyring.Public())
 	}
+	if len(m.remotes) > 0 {
+		if err := m.forgetLost(); err != nil {
+			m.log.Warn("read back IPsec state", "err", err)
+		}
+	}
 	return m.reconcileAll()
+}
+
+// forgetLost drops from m.remotes the SAs and policies the kernel no
+// longer holds (an `ip xfrm state flush` from outside, say), so that the
+// reconcile that follows programs them again; meanwhile the firewall's
+// guard drops the traffic they carried. An inbound SA or a policy comes
+// back as it was. A lost outbound SA cannot: installed again, it would
+// count its sequence numbers from 1, and the receiver's anti-replay
+// window, which has seen those, would drop everything it sends. So it
+// starts a new generation instead, whose fresh SAs take over after Lead.
+// Caller holds mu.
+func (m *Manager) forgetLost() error {
+	states, err := m.xfrm.States()
+	if err != nil {
+		return err
+	}
+	pols, err := m.xfrm.Policies()
+	if err != nil {
+		return err
+	}
+	type stateKey struct {
+		dst netip.Addr
+		spi uint32
+	}
+	haveSA := map[stateKey]bool{}
+	for _, st := range states {
+		haveSA[stateKey{st.Dst, st.SPI}] = true
+	}
+	havePolicy := map[netip.Addr]uint32{}
+	for _, p := range pols {
+		if p.Src == m.local && p.Port == m.port {
+			havePolicy[p.Dst] = p.SPI
+		}
+	}
+	lostOut := false
+	for vtep, r := range m.remotes {
+		for spi, d := range r.sas {
+			if !haveSA[stateKey{d.Dst, spi}] {
+				m.log.Warn("IPsec SA removed from outside: programming it again", "remote", vtep, "sa", d, "spi", spi)
+				delete(r.sas, spi)
+				lostOut = lostOut || d.Src == m.local
+			}
+		}
+		if spi, ok := havePolicy[vtep]; r.hasPolicy && (!ok || spi != r.policy) {
+			m.log.Warn("IPsec policy removed or changed from outside: programming it again", "remote", vtep)
+			r.hasPolicy = false
+		}
+	}
+	if !lostOut {
+		return nil
+	}
+	m.log.Warn("an outbound IPsec SA was removed from outside: starting a new key generation, traffic resumes when it activates", "after", m.keyring.sched.Lead)
+	if err := m.keyring.ForceRotate(m.now()); err != nil {
+		return err
+	}
+	m.publish(m.keyring.Public())
+	return nil
 }
 
 // Rotate starts a new generation now, outside the schedule.

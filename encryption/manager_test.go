@@ -145,6 +145,64 @@ func TestTwoHostsAgreeAndBlockUntilKeysKnown(t *testing.T) {
 	checkPath(t, b, a)
 }
 
+// TestReprogramsStateLostFromOutside: a policy removed behind the
+// manager's back is back after the next tick, as are inbound SAs; a lost
+// outbound SA starts a new generation, whose fresh SAs take over once it
+// activates (the old one, installed again, would restart its sequence
+// numbers inside the receiver's replay window).
+func TestReprogramsStateLostFromOutside(t *testing.T) {
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	b := newHost(t, "198.51.100.2", c.now)
+	for _, h := range []struct{ from, to *host }{{a, b}, {b, a}} {
+		if err := h.from.m.AddRemote(h.to.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gossip(t, a, b)
+	checkPath(t, a, b)
+	outSPI := func() uint32 {
+		pols, _ := a.x.Policies()
+		if len(pols) != 1 {
+			t.Fatalf("a's policies: %+v", pols)
+		}
+		return pols[0].SPI
+	}
+	before := outSPI()
+	if err := a.x.DeletePolicy(a.addr, b.addr, 4789); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.m.Tick(); err != nil {
+		t.Fatal(err)
+	}
+	checkPath(t, a, b)
+	if n := len(a.published()); n != 1 || outSPI() != before {
+		t.Fatalf("a lost policy: %d generations published, policy SPI %#x (was %#x); want it back as it was", n, outSPI(), before)
+	}
+	if err := a.x.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.m.Tick(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(a.published()); n != 2 {
+		t.Fatalf("after its outbound SA was lost, a publishes %d generations, want a new one", n)
+	}
+	checkPath(t, b, a) // inbound SAs are back at once
+	gossip(t, a, b)
+	c.add(testSchedule().Lead)
+	for _, h := range []*host{a, b} {
+		if err := h.m.Tick(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkPath(t, a, b)
+	checkPath(t, b, a)
+	if outSPI() == before {
+		t.Fatalf("a still sends with SA %#x, installed anew after the flush", before)
+	}
+}
+
 func TestRefcountsAcrossNetworks(t *testing.T) {
 	c := &clock{t: t0}
 	a := newHost(t, "198.51.100.1", c.now)

@@ -7,18 +7,24 @@
 //			meta l4proto udp udp dport PORT @th,96,24 @encrypted_vnis counter meta mark set MARK }
 //		chain input { type filter hook input priority filter; policy accept;
 //			meta l4proto udp udp dport PORT @th,96,24 @encrypted_vnis meta secpath missing counter drop }
+//		chain guard { type filter hook output priority filter; policy accept;
+//			meta l4proto udp udp dport PORT @th,96,24 @encrypted_vnis rt ipsec missing counter drop }
 //	}
 //
 // The output chain marks outbound VXLAN of encrypted VNIs; being of type
 // route, it makes the kernel route the packet again, so the xfrm policy
 // lookup sees the mark and applies ESP (or drops the packet while no SA
-// exists). The input chain drops VXLAN of encrypted VNIs that did not
-// arrive through IPsec. Other VNIs on the same port, and every other table
-// (Docker's iptables-nft rules among them), are left alone.
+// exists). The guard chain, after the new route, drops such a packet if
+// no xfrm policy took it: were our policies flushed from outside, or not
+// yet programmed, the traffic stops rather than leave in clear. The input
+// chain drops VXLAN of encrypted VNIs that did not arrive through IPsec.
+// Other VNIs on the same port, and every other table (Docker's
+// iptables-nft rules among them), are left alone.
 //
 // (nft shows "meta secpath missing" as "meta ipsec missing", and the set's
 // 3-byte integer key as "type 0": google/nftables cannot attach the typeof
-// annotation; `nft -j` says "integer".)
+// annotation; `nft -j` says "integer". google/nftables does not parse "rt"
+// back, so the guard rule it lists lacks that expression.)
 //
 // The table exists only while at least one VNI is enabled: the first
 // EnableVNI creates it, the last DisableVNI deletes it. Every change is one
@@ -45,6 +51,7 @@ const (
 	SetName      = "encrypted_vnis"
 	OutputChain  = "output"
 	InputChain   = "input"
+	GuardChain   = "guard"
 )
 
 // MaxVNI is the largest VXLAN network identifier (24 bits).
@@ -54,6 +61,10 @@ const MaxVNI = 1<<24 - 1
 // linux/netfilter/nf_tables.h), which google/nftables and x/sys lack: a
 // one-byte boolean, whether the packet has an IPsec security path.
 const metaKeySecpath expr.MetaKey = 25
+
+// rtKeyXFRM is NFT_RT_XFRM (enum nft_rt_keys), which google/nftables lacks:
+// a one-byte boolean, whether the packet's route carries an xfrm bundle.
+const rtKeyXFRM expr.RtKey = 4
 
 // setID names the set inside a batch that creates it (any non-zero value
 // unique in the batch). Setting it ourselves also keeps google/nftables
@@ -166,8 +177,8 @@ func (f *Firewall) match() []expr.Any {
 	}
 }
 
-// OutputExprs and InputExprs are the two rules, as the kernel lists them
-// back (counters at zero), for tests and inspection.
+// OutputExprs, InputExprs and GuardExprs are the three rules, for tests
+// and inspection.
 func (f *Firewall) OutputExprs() []expr.Any {
 	return append(f.match(),
 		&expr.Counter{},
@@ -185,13 +196,24 @@ func (f *Firewall) InputExprs() []expr.Any {
 	)
 }
 
-func (f *Firewall) chains() (out, in *nftables.Chain) {
+func (f *Firewall) GuardExprs() []expr.Any {
+	return append(f.match(),
+		&expr.Rt{Register: 1, Key: rtKeyXFRM},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}},
+		&expr.Counter{},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	)
+}
+
+func (f *Firewall) chains() (out, in, guard *nftables.Chain) {
 	accept := nftables.ChainPolicyAccept
 	out = &nftables.Chain{Name: OutputChain, Table: f.table, Type: nftables.ChainTypeRoute,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityMangle, Policy: &accept}
 	in = &nftables.Chain{Name: InputChain, Table: f.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
-	return out, in
+	guard = &nftables.Chain{Name: GuardChain, Table: f.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	return out, in, guard
 }
 
 func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
@@ -213,13 +235,16 @@ func (f *Firewall) queueBuild(vnis []uint32) error {
 	if err := f.conn.AddSet(f.set(), elements(vnis)); err != nil {
 		return fmt.Errorf("firewall: queue set: %w", err)
 	}
-	out, in := f.chains()
+	out, in, guard := f.chains()
 	f.conn.AddChain(out)
 	f.conn.AddChain(in)
+	f.conn.AddChain(guard)
 	f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: out, Exprs: f.OutputExprs(),
 		UserData: comment("overlay-plugin: mark VXLAN of encrypted VNIs for IPsec")})
 	f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: in, Exprs: f.InputExprs(),
 		UserData: comment("overlay-plugin: drop VXLAN of encrypted VNIs that bypassed IPsec")})
+	f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: guard, Exprs: f.GuardExprs(),
+		UserData: comment("overlay-plugin: drop VXLAN of encrypted VNIs that no IPsec policy took")})
 	return nil
 }
 
@@ -358,6 +383,9 @@ type Status struct {
 	VNIs    []uint32 // VNIs in the kernel's set, sorted
 	Marked  Counter  // outbound packets marked for IPsec
 	Dropped Counter  // inbound plaintext packets dropped
+	// Unprotected counts outbound packets dropped because no IPsec
+	// policy took them.
+	Unprotected Counter
 	// Intact is false when the kernel's table differs from what was
 	// programmed (missing table, set, chain or rule, or other VNIs); call
 	// Reconcile to repair it.
@@ -392,11 +420,11 @@ func (f *Firewall) Status() (Status, error) {
 	if !slices.Equal(st.VNIs, st.Enabled) {
 		intact = false
 	}
-	out, in := f.chains()
+	out, in, guard := f.chains()
 	for _, c := range []struct {
 		chain *nftables.Chain
 		dst   *Counter
-	}{{out, &st.Marked}, {in, &st.Dropped}} {
+	}{{out, &st.Marked}, {in, &st.Dropped}, {guard, &st.Unprotected}} {
 		rules, err := f.conn.GetRules(f.table, c.chain)
 		if err != nil || len(rules) != 1 {
 			intact = false

@@ -13,7 +13,10 @@
 //  3. plaintext VXLAN for the encrypted VNI, sent raw onto the underlay,
 //     never reaches the container (the nftables guard drops it), while the
 //     same packet reaches a container of the unencrypted network, and the
-//     same packet sent through IPsec reaches the encrypted one;
+//     same packet sent through IPsec reaches the encrypted one; and with
+//     the xfrm state and policies flushed from outside, outbound VXLAN of
+//     the encrypted VNI is dropped, never sent in clear, until the plugin
+//     has programmed them again (within seconds);
 //  4. a forced key rotation on every host under continuous sequenced UDP
 //     traffic loses nothing: every sequence number arrives exactly once;
 //  5. the retired generations are gone everywhere: from the key lists,
@@ -309,6 +312,7 @@ func TestEncryptedOverlay(t *testing.T) {
 		{"1-connectivity", s.phaseConnectivity},
 		{"2-esp-in-use", s.phaseESP},
 		{"3-plaintext-dropped", s.phasePlaintext},
+		{"3b-outside-flush-fails-closed", s.phaseOutsideFlush},
 		{"4-rotation-lossless", s.phaseRotation},
 		{"5-retired-generation-gone", s.phaseRetired},
 		{"6-teardown-clean", s.phaseTeardown},
@@ -828,7 +832,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 		return outerFrame(h3MAC, h2MAC, h3.host.Underlay, h2.host.Underlay, 45000, vxlanPort, vxlan)
 	}
 
-	dropped0, err := nftDropped(h2.host.NS)
+	dropped0, err := nftCounter(h2.host.NS, "input")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -896,7 +900,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	if n := encSink.count(encPlain); n != 0 {
 		t.Errorf("plaintext VXLAN for the encrypted VNI %d reached c2 %d times (of %d sent): the firewall lets unauthenticated traffic in", s.enc.vni, n, copies)
 	}
-	dropped1, err := nftDropped(h2.host.NS)
+	dropped1, err := nftCounter(h2.host.NS, "input")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -910,6 +914,89 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	}
 	if cs.ESP[addrPair{h3.host.Underlay, h2.host.Underlay}] == 0 {
 		t.Errorf("capture on h2: the IPsec control packet did not arrive as ESP from h3: %v", cs.ESP)
+	}
+}
+
+// phaseOutsideFlush flushes h1's xfrm state and policies from outside
+// (as `ip xfrm state flush` would) again and again for two seconds while
+// sending VXLAN of the encrypted VNI from h1's host namespace right after
+// each flush: the firewall's guard must drop it (the socket sees EPERM and
+// the guard's counter grows) unless the plugin has already put a policy
+// back, a capture on h2 must see none of it in clear, and the plugin must
+// then program everything again.
+func (s *suite) phaseOutsideFlush(t *testing.T) {
+	h1, h2 := s.nodes[0], s.nodes[1]
+	c1, c2 := s.ep("c1"), s.ep("c2")
+	guard0, err := nftCounter(h1.host.NS, "guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capt, err := startCapture(h2.host.NS, testbed.HostLink, vxlanPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			capt.Stop()
+		}
+	}()
+	var conn *net.UDPConn
+	if err := h1.host.NS.Do(func() error {
+		var err error
+		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(h2.host.Underlay, vxlanPort)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	frame := vxlanPayload(s.enc.vni, innerFrame{DstMAC: net.HardwareAddr{0x02, 0, 0x5e, 0x10, 0, 2},
+		SrcMAC: net.HardwareAddr{0x02, 0, 0x5e, 0x10, 0, 1}, Src: testbed.Nth(s.enc.pool4, 100),
+		Dst: c2.addr(testbed.IPv4), SrcPort: 5555, DstPort: sinkPort, Payload: []byte("must not leave in clear")})
+	flushes, refused := 0, 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); flushes++ {
+		for _, what := range []string{"policy", "state"} {
+			if out, err := h1.host.NS.Exec("ip", "xfrm", what, "flush"); err != nil {
+				t.Fatalf("ip xfrm %s flush: %v\n%s", what, err, out)
+			}
+		}
+		// EPERM: the guard dropped it. EREMOTE: the plugin had already
+		// put a policy back, whose SA was flushed: xfrm dropped it.
+		if _, err := conn.Write(frame); errors.Is(err, syscall.EPERM) {
+			refused++
+		} else if err != nil && !errors.Is(err, syscall.EREMOTE) {
+			t.Fatalf("send after the flush: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Give a packet that did leave time to cross the underlay.
+	time.Sleep(500 * time.Millisecond)
+	cs, err := capt.Stop()
+	stopped = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard1, err := nftCounter(h1.host.NS, "guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("h1: %d flushes, %d sends refused, nft guard drops +%d; capture on h2: VXLAN by VNI %v, ESP %v",
+		flushes, refused, guard1-guard0, cs.VXLAN, cs.ESP)
+	if n := cs.VXLAN[s.enc.vni]; n != 0 {
+		t.Errorf("capture on h2: %d plaintext VXLAN packets of the encrypted VNI %d left h1 after its xfrm state was flushed", n, s.enc.vni)
+	}
+	if refused == 0 || guard1-guard0 < uint64(refused) {
+		t.Errorf("h1: %d of %d sends refused, guard counter +%d: the guard did not take the traffic the flush left unprotected", refused, flushes, guard1-guard0)
+	}
+	// Nothing leaves h1 for c2 in clear (the guard), so an answered ping
+	// means that the plugin has programmed SAs and policies again.
+	start := time.Now()
+	err = waitFor("h1 programs its SAs and policies again and c1 reaches c2", 30*time.Second, func() error {
+		return c1.ctr.Ping(c2.addr(testbed.IPv4), 2*time.Second)
+	})
+	t.Logf("c1 reached c2 again %v after the last flush", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -1032,7 +1119,7 @@ func (s *suite) phaseRotation(t *testing.T) {
 		if stat0[n], err = xfrmStat(n.host.NS); err != nil {
 			t.Fatal(err)
 		}
-		if drop0[n], err = nftDropped(n.host.NS); err != nil {
+		if drop0[n], err = nftCounter(n.host.NS, "input"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1167,7 +1254,7 @@ func (s *suite) phaseRotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drop, err := nftDropped(n.host.NS)
+		drop, err := nftCounter(n.host.NS, "input")
 		if err != nil {
 			t.Fatal(err)
 		}

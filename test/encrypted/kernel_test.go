@@ -185,10 +185,11 @@ func nftTables(ns *testbed.Netns) ([]string, error) {
 	return out, nil
 }
 
-// nftDropped sums the packet counters of the rules in the plugin's input
-// chain: the plaintext VXLAN of encrypted VNIs it dropped.
-func nftDropped(ns *testbed.Netns) (uint64, error) {
-	objs, err := nftJSON(ns, "list", "chain", "inet", "overlay_plugin", "input")
+// nftCounter sums the packet counters of the rules in one chain of the
+// plugin's table: "input" counts the inbound plaintext VXLAN of encrypted
+// VNIs it dropped, "guard" the outbound VXLAN no IPsec policy took.
+func nftCounter(ns *testbed.Netns, chain string) (uint64, error) {
+	objs, err := nftJSON(ns, "list", "chain", "inet", "overlay_plugin", chain)
 	if err != nil {
 		return 0, err
 	}
@@ -217,7 +218,7 @@ func nftDropped(ns *testbed.Netns) (uint64, error) {
 		}
 	}
 	if rules == 0 {
-		return 0, fmt.Errorf("nft: no rule in chain inet overlay_plugin input of %s", ns.Name)
+		return 0, fmt.Errorf("nft: no rule in chain inet overlay_plugin %s of %s", chain, ns.Name)
 	}
 	return sum, nil
 }
