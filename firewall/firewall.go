@@ -357,6 +357,33 @@ func (f *Firewall) Reconcile() error {
 	return f.rebuild(f.sorted())
 }
 
+// Keep takes over, as it is, the table a previous run left: its VNIs
+// count as enabled, and their traffic stays marked and guarded without a
+// moment's gap while the new run's sandboxes claim them (DisableVNI drops
+// the others). It returns them; none if there is no table. Call it before
+// any other change.
+func (f *Firewall) Keep() ([]uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tables, err := f.conn.ListTablesOfFamily(f.table.Family)
+	if err != nil {
+		return nil, fmt.Errorf("firewall: list tables: %w", err)
+	}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == f.table.Name }) {
+		return nil, nil
+	}
+	elems, err := f.conn.GetSetElements(f.set())
+	if err != nil {
+		return nil, fmt.Errorf("firewall: read the previous run's VNIs: %w", err)
+	}
+	for _, e := range elems {
+		if len(e.Key) >= 3 {
+			f.vnis[uint32(e.Key[0])<<16|uint32(e.Key[1])<<8|uint32(e.Key[2])] = struct{}{}
+		}
+	}
+	return f.sorted(), nil
+}
+
 // Close removes the table and forgets every VNI. The Firewall may be used
 // again afterwards.
 func (f *Firewall) Close() error {

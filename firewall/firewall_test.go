@@ -410,6 +410,42 @@ func TestForeignTablesSurvive(t *testing.T) {
 
 // TestStaleTableReplaced: a previous run's table, with anything in it, is
 // replaced by the first EnableVNI, and removed by Reconcile at start.
+// TestKeepTakesTheTableOver: a new Firewall keeps a previous one's table
+// as it is (same rules, same VNIs, counters running), and its changes
+// from there work as if it had made the table.
+func TestKeepTakesTheTableOver(t *testing.T) {
+	_, c := newNS(t)
+	if vnis, err := New(c, port, mark).Keep(); err != nil || len(vnis) != 0 {
+		t.Fatalf("Keep with no table: %v, %v", vnis, err)
+	}
+	old := New(c, port, mark)
+	for _, v := range []uint32{4096, 4097} {
+		if err := old.EnableVNI(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := New(c, port, mark)
+	vnis, err := f.Keep()
+	if err != nil || !slices.Equal(vnis, []uint32{4096, 4097}) {
+		t.Fatalf("Keep: %v, %v", vnis, err)
+	}
+	checkLayout(t, c, f, 4096, 4097)
+	if st := status(t, f); !st.Intact {
+		t.Fatalf("kept table not intact: %+v", st)
+	}
+	if err := f.EnableVNI(4097); err != nil { // claimed: nothing changes
+		t.Fatal(err)
+	}
+	if err := f.DisableVNI(4096); err != nil { // not claimed: goes
+		t.Fatal(err)
+	}
+	checkLayout(t, c, f, 4097)
+	if err := f.DisableVNI(4097); err != nil {
+		t.Fatal(err)
+	}
+	checkLayout(t, c, f)
+}
+
 func TestStaleTableReplaced(t *testing.T) {
 	_, c := newNS(t)
 	stale := func() {
