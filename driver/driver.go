@@ -68,7 +68,12 @@ type Config struct {
 	// Encryption serves encrypted networks; nil when no cluster secret is
 	// configured, which makes them an error.
 	Encryption Encryption
-	Logger     *slog.Logger
+	// ResumeEncrypted adopts surviving sandboxes of encrypted networks, as
+	// those of unencrypted ones: the previous run left its IPsec state
+	// for this one to take over. Whether it did is the encryption side's
+	// to say (Resumed) when connected; if not, the sandboxes go then.
+	ResumeEncrypted bool
+	Logger          *slog.Logger
 }
 
 // Encryption is the IPsec side of encrypted networks (encryption.Manager).
@@ -84,6 +89,9 @@ type Encryption interface {
 	// state towards a remote VTEP.
 	AddRemote(vtep netip.Addr) error
 	RemoveRemote(vtep netip.Addr) error
+	// Resumed says whether the previous run's IPsec state was taken over,
+	// so that its encrypted sandboxes keep carrying traffic.
+	Resumed() bool
 }
 
 // Driver implements go-plugins-helpers' network.Driver.
@@ -120,11 +128,12 @@ type Driver struct {
 }
 
 // New returns a driver with the networks and endpoints of the previous run
-// (see store.go). A sandbox that survived with joined endpoints of an
-// unencrypted network is adopted, so its containers keep their traffic
-// across a plugin restart; everything else a previous run left in the
-// kernel is removed. Encrypted networks' sandboxes never survive a stop
-// (see Close), and their endpoints come back unjoined.
+// (see store.go). A sandbox that survived with joined endpoints is
+// adopted, so its containers keep their traffic across a plugin restart
+// (an encrypted network's only with ResumeEncrypted, and only once the
+// encryption side confirms; see SetEncryption); everything else a previous
+// run left in the kernel is removed, and those endpoints come back
+// unjoined.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Kernel == nil || cfg.Underlay == nil || cfg.VNIs == nil {
 		return nil, errors.New("driver: Kernel, Underlay and VNIs are required")
@@ -148,28 +157,28 @@ func New(cfg Config) (*Driver, error) {
 		vtepSet:   make(chan struct{}),
 		selfKnown: make(chan struct{}),
 	}
-	if cfg.Encryption != nil {
-		d.SetEncryption(cfg.Encryption)
-	}
 	if cfg.AdvertiseAddr.IsValid() {
 		d.SetVTEP(cfg.AdvertiseAddr)
 	}
 	if err := d.store.init(); err != nil {
 		return nil, fmt.Errorf("state database: %w", err)
 	}
-	adopted, err := d.restore()
+	adopted, err := d.restore(cfg.ResumeEncrypted)
 	if err != nil {
 		return nil, err
 	}
 	if err := cfg.Kernel.RemoveLeftovers(func(name string) bool { return adopted[name] }); err != nil {
 		return nil, fmt.Errorf("remove leftovers of a previous run: %w", err)
 	}
+	if cfg.Encryption != nil {
+		d.SetEncryption(cfg.Encryption)
+	}
 	return d, nil
 }
 
 // restore rebuilds the stored networks and returns the sandboxes adopted.
 // No other goroutine sees the driver yet.
-func (d *Driver) restore() (map[string]bool, error) {
+func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
 	nets, eps, errs := d.store.load()
 	for _, err := range errs {
 		d.log.Error("skipping unreadable state", "err", err)
@@ -189,7 +198,7 @@ func (d *Driver) restore() (map[string]bool, error) {
 				joined++
 			}
 		}
-		adopt := joined > 0 && !r.Encrypted && r.SandboxMTU > 0 && slices.Contains(present, r.ID)
+		adopt := joined > 0 && (!r.Encrypted || resumeEncrypted) && r.SandboxMTU > 0 && slices.Contains(present, r.ID)
 		if adopt {
 			// A mount point whose namespace died with the previous run's
 			// mount namespace is listed too: adopt only a live one.
@@ -323,8 +332,49 @@ func (d *Driver) AdvertiseAddr(ctx context.Context, wait time.Duration) (netip.A
 	return a, nil
 }
 
-// SetEncryption connects the encryption side.
-func (d *Driver) SetEncryption(e Encryption) { d.enc.Store(&e) }
+// SetEncryption connects the encryption side, and settles the adopted
+// sandboxes of encrypted networks: if the previous run's IPsec state was
+// taken over, their VNIs are guarded again and their peers programmed;
+// if not, nothing protects their traffic any more and they go (the
+// firewall's guard drops it meanwhile).
+func (d *Driver) SetEncryption(e Encryption) {
+	d.enc.Store(&e)
+	for _, id := range d.networkIDs() {
+		n := d.lockNetwork(id)
+		if n == nil {
+			continue
+		}
+		if n.opts.encrypted && n.sandbox != "" && !n.guarded {
+			d.settleAdopted(n, e)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// settleAdopted guards an adopted encrypted sandbox, or removes it.
+// Caller holds n.mu.
+func (d *Driver) settleAdopted(n *network, e Encryption) {
+	err := errors.New("the previous run's IPsec state was not taken over")
+	if e.Resumed() {
+		err = e.EnableVNI(n.vni)
+	}
+	if err == nil {
+		n.guarded = true
+		var errs []error
+		for ip, b := range n.peers.Bindings() {
+			errs = append(errs, d.program(n, peerdb.Change{IP: ip, New: &b}))
+		}
+		if err := errors.Join(errs...); err != nil {
+			d.log.Warn("replaying peers into an adopted encrypted sandbox", "network", n.id, "err", err)
+		}
+		d.log.Info("adopted encrypted sandbox guarded again", "network", n.id, "vni", n.vni)
+		return
+	}
+	d.log.Warn("removing an adopted encrypted sandbox", "network", n.id, "err", err)
+	if err := d.teardownSandbox(n); err != nil {
+		d.log.Error("remove adopted encrypted sandbox", "network", n.id, "err", err)
+	}
+}
 
 func (d *Driver) encryption() Encryption {
 	if p := d.enc.Load(); p != nil {
@@ -333,22 +383,16 @@ func (d *Driver) encryption() Encryption {
 	return nil
 }
 
-// Close prepares a stop. Unencrypted networks keep their sandboxes, so
-// their containers' traffic flows on while the plugin restarts; encrypted
-// networks' sandboxes are removed, since their IPsec state goes with the
-// plugin and their traffic must never leave in clear. Calls arriving
-// meanwhile find no networks.
-func (d *Driver) Close() error {
-	var errs []error
+// Close prepares a stop. Networks keep their sandboxes, so their
+// containers' traffic flows on while the plugin restarts: an encrypted
+// one's through the IPsec state the encryption side leaves in the kernel
+// (encryption.Manager.Detach) for the next run to take over. Calls
+// arriving meanwhile find no networks.
+func (d *Driver) Close() {
 	for _, id := range d.networkIDs() {
 		n := d.lockNetwork(id)
 		if n == nil {
 			continue
-		}
-		if n.opts.encrypted {
-			if err := d.teardownSandbox(n); err != nil {
-				errs = append(errs, err)
-			}
 		}
 		d.mu.Lock()
 		if d.networks[id] == n {
@@ -357,7 +401,6 @@ func (d *Driver) Close() error {
 		d.mu.Unlock()
 		n.mu.Unlock()
 	}
-	return errors.Join(errs...)
 }
 
 // encryptionReady says why encrypted networks cannot be served here.

@@ -17,6 +17,7 @@ import (
 // fakeEncryption counts references the way encryption.Manager does.
 type fakeEncryption struct {
 	unsupported error
+	resumed     bool
 	// mu guards refs and vnis. Leaf lock, taken under network locks.
 	mu   sync.Mutex
 	refs countmap.Map[netip.Addr]
@@ -28,6 +29,7 @@ func newFakeEncryption() *fakeEncryption {
 }
 
 func (f *fakeEncryption) Supported() error { return f.unsupported }
+func (f *fakeEncryption) Resumed() bool     { return f.resumed }
 func (f *fakeEncryption) EnableVNI(v uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -36,18 +36,18 @@ func newTestDriverAt(t testing.TB, k kernel.Kernel, vtep netip.Addr) *Driver {
 	}
 	t.Cleanup(func() { db.Close() })
 	db.NoSync = true // a test's database need not survive a power cut
-	return newTestDriverWith(t, k, vtep, db)
+	return newTestDriverWith(t, k, vtep, db, false)
 }
 
 // newTestDriverWith builds a driver on db, as a (re)started plugin does.
-func newTestDriverWith(t testing.TB, k kernel.Kernel, vtep netip.Addr, db *bbolt.DB) *Driver {
+func newTestDriverWith(t testing.TB, k kernel.Kernel, vtep netip.Addr, db *bbolt.DB, resumeEncrypted bool) *Driver {
 	t.Helper()
 	alloc, err := vni.Open(db, vni.DefaultRange)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789, AdvertiseAddr: vtep, DB: db,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ResumeEncrypted: resumeEncrypted, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

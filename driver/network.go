@@ -51,6 +51,10 @@ type network struct {
 	sandbox string
 	mtu     int
 	joined  int
+	// guarded: the encryption side guards this encrypted network's VNI
+	// for its sandbox (EnableVNI). False for a sandbox adopted from the
+	// previous run until SetEncryption settles it; its peers wait.
+	guarded bool
 }
 
 func (d *Driver) GetCapabilities() (*api.CapabilitiesResponse, error) {
@@ -252,6 +256,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 		if err := d.encryption().EnableVNI(n.vni); err != nil {
 			return fmt.Errorf("network %s: %w", n.id, err)
 		}
+		n.guarded = true
 	}
 	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: d.port, Local: local, MTU: mtu}
 	if err := d.kernel.CreateSandbox(spec); err != nil {
@@ -259,6 +264,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 			if derr := d.encryption().DisableVNI(n.vni); derr != nil {
 				d.log.Warn("undo firewall rules", "network", n.id, "err", derr)
 			}
+			n.guarded = false
 		}
 		return fmt.Errorf("create sandbox for network %s: %w", n.id, err)
 	}
@@ -304,7 +310,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 			}
 		}
 	}
-	if n.opts.encrypted {
+	if n.opts.encrypted && n.guarded {
 		for vtep := range n.vteps {
 			if err := d.encryption().RemoveRemote(vtep); err != nil {
 				d.log.Warn("release IPsec state", "network", n.id, "remote", vtep, "err", err)
@@ -314,7 +320,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 			d.log.Warn("remove firewall rules", "network", n.id, "err", err)
 		}
 	}
-	n.sandbox, n.joined, n.mtu = "", 0, 0
+	n.sandbox, n.joined, n.mtu, n.guarded = "", 0, 0, false
 	clear(n.fdb)
 	clear(n.vteps)
 	if err := d.store.putNetwork(n); err != nil {
@@ -339,7 +345,7 @@ func (d *Driver) apply(n *network, changes []peerdb.Change) error {
 // The peer db is updated whether or not the kernel accepted the change, so
 // it stays the desired state. Caller holds n.mu.
 func (d *Driver) program(n *network, c peerdb.Change) error {
-	if n.sandbox == "" {
+	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) {
 		return nil
 	}
 	var errs []error

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -15,7 +16,8 @@ import (
 // TestRestartResumes stops a driver with joined endpoints and starts a new
 // one on the same state and kernel, as `docker plugin disable`/`enable`
 // does: the plain network's sandbox is adopted with its containers, the
-// encrypted one comes back unjoined, and Docker's later calls succeed.
+// encrypted one (without ResumeEncrypted: no IPsec state to take over)
+// comes back unjoined, and Docker's later calls succeed.
 func TestRestartResumes(t *testing.T) {
 	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
 	if err != nil {
@@ -23,7 +25,7 @@ func TestRestartResumes(t *testing.T) {
 	}
 	defer db.Close()
 	k := fakekernel.New()
-	d := newTestDriverWith(t, k, localVTEP, db)
+	d := newTestDriverWith(t, k, localVTEP, db, false)
 	fe := newFakeEncryption()
 	d.SetEncryption(fe)
 	must(t, d.CreateNetwork(createNetReq("plain", 300)))
@@ -40,11 +42,11 @@ func TestRestartResumes(t *testing.T) {
 	stale := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
 	must(t, d.AddPeer("plain", stale))
 	before := k.Snapshot()["plain"]
-	must(t, d.Close())
+	d.Close()
 	// A sandbox no stored network owns, as a crash might leave.
 	k.AddLeftover(kernel.SandboxSpec{Name: "orphan", VNI: 999})
 
-	d2 := newTestDriverWith(t, k, localVTEP, db)
+	d2 := newTestDriverWith(t, k, localVTEP, db, false)
 	d2.SetEncryption(fe)
 	st := map[string]NetworkState{}
 	for _, s := range d2.State() {
@@ -88,7 +90,7 @@ func TestRestartResumes(t *testing.T) {
 		t.Fatalf("kernel not empty: %v", k.Snapshot())
 	}
 	// And nothing comes back after another restart.
-	d3 := newTestDriverWith(t, k, localVTEP, db)
+	d3 := newTestDriverWith(t, k, localVTEP, db, false)
 	if len(d3.State()) != 0 {
 		t.Fatalf("deleted networks restored: %+v", d3.State())
 	}
@@ -111,5 +113,61 @@ func TestResyncRepairsOutsideChanges(t *testing.T) {
 	sb := k.Snapshot()["n1"]
 	if added != 1 || removed != 1 || len(sb.Neighbors) != 1 || sb.Neighbors[p.IPs[0]] != p.MAC {
 		t.Fatalf("resync: +%d -%d, neighbours %v", added, removed, sb.Neighbors)
+	}
+}
+
+// TestRestartResumesEncrypted: with ResumeEncrypted the encrypted
+// network's sandbox is adopted but left alone (no IPsec calls, peers
+// waiting) until the encryption side is connected. If it took the previous
+// run's IPsec state over, the VNI is guarded again and the peers are
+// programmed; if not, the sandbox goes and its endpoint is unjoined.
+func TestRestartResumesEncrypted(t *testing.T) {
+	for _, resumed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resumed=%v", resumed), func(t *testing.T) {
+			db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			k := fakekernel.New()
+			d := newTestDriverWith(t, k, localVTEP, db, false)
+			d.SetEncryption(newFakeEncryption())
+			must(t, d.CreateNetwork(encryptedReq("secret", 301)))
+			_, err = d.CreateEndpoint(endpointReq("secret", "e1", 1))
+			must(t, err)
+			_, err = d.Join(&api.JoinRequest{NetworkID: "secret", EndpointID: "e1"})
+			must(t, err)
+			d.Close()
+
+			d2 := newTestDriverWith(t, k, localVTEP, db, true)
+			if s := d2.State(); len(s) != 1 || s[0].Sandbox != "secret" || !s[0].Endpoints[0].Joined {
+				t.Fatalf("encrypted sandbox not adopted: %+v", s)
+			}
+			// A peer learnt before encryption is connected waits.
+			peer := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
+			must(t, d2.AddPeer("secret", peer))
+			if n := len(k.Snapshot()["secret"].FDB); n != 0 {
+				t.Fatalf("peer programmed before its IPsec state could be: %d FDB entries", n)
+			}
+			fe := newFakeEncryption()
+			fe.resumed = resumed
+			d2.SetEncryption(fe)
+			refs, vnis := fe.snapshot()
+			sb := k.Snapshot()["secret"]
+			st := d2.State()[0]
+			if resumed {
+				if sb == nil || len(sb.FDB) != 1 || vnis[301] != 1 || refs[netip.MustParseAddr("198.51.100.2")] != 1 || !st.Endpoints[0].Joined {
+					t.Fatalf("resumed: sandbox %+v, refs %v, vnis %v, state %+v", sb, refs, vnis, st)
+				}
+				must(t, d2.Leave(&api.LeaveRequest{NetworkID: "secret", EndpointID: "e1"}))
+				if refs, vnis := fe.snapshot(); len(refs) != 0 || len(vnis) != 0 || k.Snapshot()["secret"] != nil {
+					t.Fatalf("after Leave: refs %v vnis %v kernel %v", refs, vnis, k.Snapshot())
+				}
+				return
+			}
+			if sb != nil || st.Sandbox != "" || st.Endpoints[0].Joined || len(refs) != 0 || len(vnis) != 0 {
+				t.Fatalf("not resumed: sandbox %+v, refs %v, vnis %v, state %+v", sb, refs, vnis, st)
+			}
+		})
 	}
 }

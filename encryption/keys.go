@@ -12,6 +12,8 @@
 package encryption
 
 import (
+	"bytes"
+	"cmp"
 	"crypto/ecdh"
 	"crypto/hkdf"
 	"crypto/sha256"
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -120,9 +123,16 @@ func (s Schedule) Validate() error {
 
 // generation is one of this node's key pairs.
 type generation struct {
-	pub  PublicKey
-	priv []byte // the raw X25519 scalar, used only in inSecret; nil once wiped
+	pub PublicKey
+	// priv is the raw X25519 scalar, used only in inSecret; nil once
+	// wiped, and for a generation inherited from the previous run, whose
+	// private key went with that process (its SAs stay in the kernel).
+	priv []byte
 }
+
+// errNoPrivateKey: the generation is inherited; the kernel holds what its
+// private key made, nothing more can be derived from it.
+var errNoPrivateKey = errors.New("generation inherited from the previous run: no private key")
 
 // Keyring is this node's generations, oldest first. Not safe for concurrent
 // use: the Manager's mutex guards it.
@@ -142,6 +152,38 @@ func NewKeyring(s Schedule, now time.Time) (*Keyring, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// ResumeKeyring continues the previous run's public generations, whose
+// SAs the kernel still holds, and adds a fresh generation that activates
+// Lead from now, once every peer has had time to install inbound SAs for
+// it. Until then senders keep using the inherited one; it retires on the
+// usual schedule, Grace after its successor activated.
+func ResumeKeyring(s Schedule, now time.Time, inherited []PublicKey) (*Keyring, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if len(inherited) == 0 {
+		return nil, errors.New("key ring: nothing to resume")
+	}
+	k := &Keyring{sched: s}
+	for _, pk := range slices.SortedFunc(slices.Values(inherited), func(a, b PublicKey) int { return cmp.Compare(a.Gen, b.Gen) }) {
+		if len(pk.Key) != 32 {
+			return nil, fmt.Errorf("key ring: inherited generation %d has a %d-byte key", pk.Gen, len(pk.Key))
+		}
+		pk.Key = bytes.Clone(pk.Key)
+		k.gens = append(k.gens, &generation{pub: pk})
+	}
+	if err := k.add(now, now.Add(s.Lead)); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Inherited reports whether a generation of the previous run is still
+// live.
+func (k *Keyring) Inherited() bool {
+	return slices.ContainsFunc(k.gens, func(g *generation) bool { return g.priv == nil })
 }
 
 func (k *Keyring) add(now, activate time.Time) error {
@@ -225,7 +267,7 @@ func (k *Keyring) Shared(gen uint64, peer []byte) ([]byte, error) {
 			continue
 		}
 		if g.priv == nil {
-			return nil, fmt.Errorf("generation %d is retired", gen)
+			return nil, errNoPrivateKey
 		}
 		pub, err := ecdh.X25519().NewPublicKey(peer)
 		if err != nil {

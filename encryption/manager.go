@@ -19,13 +19,18 @@ import (
 // next header (2), and up to 3 bytes of padding to a 4-byte boundary.
 const Overhead = 8 + 8 + ICVBits/8 + 2 + 3
 
-// Firewall marks outbound and guards inbound VXLAN of encrypted VNIs.
+// Firewall marks outbound and guards VXLAN of encrypted VNIs.
 type Firewall interface {
+	// EnableVNI and DisableVNI add and remove a VNI; with none left, the
+	// rules go.
 	EnableVNI(vni uint32) error
 	DisableVNI(vni uint32) error
 	// Repair restores rules changed from outside; the xfrm policies match
 	// only marked packets, so lost rules would let traffic leave in clear.
 	Repair() error
+	// Keep takes over the rules a previous run left, as they are, and
+	// returns the VNIs they cover.
+	Keep() ([]uint32, error)
 }
 
 // Config builds a Manager.
@@ -43,6 +48,12 @@ type Config struct {
 	Publish func([]PublicKey)
 	Now     func() time.Time
 	Logger  *slog.Logger
+	// Resume is this node's public keys as the previous run on this host,
+	// with the same Local address, last published them. When set, and the
+	// kernel can encrypt, the SAs and policies that run left are taken
+	// over, not removed, so that the encrypted sandboxes kept across the
+	// restart carry traffic throughout (see ResumeKeyring).
+	Resume []PublicKey
 }
 
 // remote is what is programmed towards one remote host.
@@ -52,7 +63,14 @@ type remote struct {
 	// policy is the outbound SPI in the policy; 0 for a blocking policy.
 	policy    uint32
 	hasPolicy bool
+	// inherited are the SAs, by SPI, and inheritedPolicy says whether the
+	// policy, that the previous run left and this one took over. They are
+	// kept as they are while the key ring holds an inherited generation.
+	inherited       map[uint32]bool
+	inheritedPolicy bool
 }
+
+func newRemote() *remote { return &remote{sas: map[uint32]Direction{}, inherited: map[uint32]bool{}} }
 
 // Manager owns all IPsec state.
 type Manager struct {
@@ -66,6 +84,8 @@ type Manager struct {
 	log     *slog.Logger
 	// unsupported is why this kernel cannot encrypt; nil if it can.
 	unsupported error
+	// resumed says that the previous run's state was taken over.
+	resumed bool
 
 	// mu is the encryption mutex of the design: it guards the key ring, the
 	// peers' public keys, the refcounts and everything below, and every
@@ -84,6 +104,10 @@ type Manager struct {
 	// generations.
 	derived map[Direction]SA
 	lastErr error
+	// inheritedVNIs are the VNIs the previous run's firewall rules cover,
+	// kept so that its sandboxes, if adopted, never go unguarded; those no
+	// sandbox claims (EnableVNI) go once nothing inherited is left.
+	inheritedVNIs []uint32
 }
 
 // NewManager probes the kernel and starts the first key generation. A
@@ -105,24 +129,40 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	kr, err := NewKeyring(cfg.Schedule, cfg.Now())
-	if err != nil {
-		return nil, err
-	}
 	m := &Manager{
 		xfrm: cfg.XFRM, fw: cfg.Firewall, secret: append([]byte(nil), cfg.Secret...),
 		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger,
-		keyring: kr, peerKeys: map[netip.Addr][]PublicKey{}, refs: countmap.Map[netip.Addr]{},
+		peerKeys: map[netip.Addr][]PublicKey{}, refs: countmap.Map[netip.Addr]{},
 		vnis: countmap.Map[uint32]{}, remotes: map[netip.Addr]*remote{}, derived: map[Direction]SA{},
 	}
-	if err := m.xfrm.Flush(); err != nil {
-		return nil, fmt.Errorf("encryption: remove xfrm state of a previous run: %w", err)
+	inherited, err := m.fw.Keep()
+	if err != nil {
+		return nil, fmt.Errorf("encryption: the previous run's firewall rules: %w", err)
 	}
+	m.inheritedVNIs = inherited
 	m.unsupported = m.xfrm.Check()
 	if m.unsupported != nil {
 		m.log.Warn("encrypted networks unavailable", "err", m.unsupported)
 	} else if !ErasesTemporaries {
 		m.log.Warn("built without GOEXPERIMENT=runtimesecret: copies of retired IPsec keys may stay in memory, weakening forward secrecy; build with make")
+	}
+	if len(cfg.Resume) > 0 && m.unsupported == nil {
+		if err := m.takeOver(cfg.Schedule, cfg.Resume); err != nil {
+			m.log.Warn("cannot take over the previous run's IPsec state: removing it", "err", err)
+		}
+	}
+	if !m.resumed {
+		kr, err := NewKeyring(cfg.Schedule, cfg.Now())
+		if err != nil {
+			return nil, err
+		}
+		m.keyring = kr
+		clear(m.remotes)
+		// The firewall rules stay until the first tick: should a sandbox
+		// of the previous run still exist, its traffic meets the guard.
+		if err := m.xfrm.Flush(); err != nil {
+			return nil, fmt.Errorf("encryption: remove xfrm state of a previous run: %w", err)
+		}
 	}
 	m.mu.Lock()
 	m.publish(m.keyring.Public())
@@ -130,8 +170,67 @@ func NewManager(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// takeOver adopts the SAs and policies the previous run left towards each
+// remote host, and resumes its key generations. Anything not between this
+// host and another goes. Called by NewManager, before any other goroutine
+// sees m.
+func (m *Manager) takeOver(s Schedule, keys []PublicKey) error {
+	kr, err := ResumeKeyring(s, m.now(), keys)
+	if err != nil {
+		return err
+	}
+	states, err := m.xfrm.States()
+	if err != nil {
+		return err
+	}
+	pols, err := m.xfrm.Policies()
+	if err != nil {
+		return err
+	}
+	of := func(vtep netip.Addr) *remote {
+		r := m.remotes[vtep]
+		if r == nil {
+			r = newRemote()
+			m.remotes[vtep] = r
+		}
+		return r
+	}
+	var errs []error
+	for _, st := range states {
+		switch m.local {
+		case st.Src:
+			of(st.Dst).sas[st.SPI] = Direction{Src: st.Src, Dst: st.Dst}
+			of(st.Dst).inherited[st.SPI] = true
+		case st.Dst:
+			of(st.Src).sas[st.SPI] = Direction{Src: st.Src, Dst: st.Dst}
+			of(st.Src).inherited[st.SPI] = true
+		default:
+			errs = append(errs, m.xfrm.DeleteSA(st.Src, st.Dst, st.SPI))
+		}
+	}
+	for _, p := range pols {
+		if p.Src != m.local || p.Port != m.port {
+			errs = append(errs, m.xfrm.DeletePolicy(p.Src, p.Dst, p.Port))
+			continue
+		}
+		r := of(p.Dst)
+		r.policy, r.hasPolicy, r.inheritedPolicy = p.SPI, true, true
+	}
+	if err := errors.Join(errs...); err != nil {
+		clear(m.remotes)
+		return err
+	}
+	m.keyring, m.resumed = kr, true
+	m.log.Info("took over the previous run's IPsec state", "remotes", len(m.remotes), "sas", len(states), "policies", len(pols))
+	return nil
+}
+
 // Supported reports why encrypted networks cannot work here, or nil.
 func (m *Manager) Supported() error { return m.unsupported }
+
+// Resumed reports whether the previous run's IPsec state was taken over,
+// so that its encrypted sandboxes may be kept.
+func (m *Manager) Resumed() bool { return m.resumed }
 
 // EnableVNI starts encrypting a VNI used by a local sandbox.
 func (m *Manager) EnableVNI(vni uint32) error {
@@ -223,6 +322,19 @@ func (m *Manager) Tick() error {
 	changed, err := m.keyring.Tick(m.now())
 	if err != nil {
 		return err
+	}
+	if len(m.inheritedVNIs) > 0 && !m.keyring.Inherited() {
+		var keep []uint32
+		for _, vni := range m.inheritedVNIs {
+			if m.vnis[vni] > 0 {
+				continue
+			}
+			if err := m.fw.DisableVNI(vni); err != nil {
+				m.log.Warn("remove the previous run's firewall rules", "vni", vni, "err", err)
+				keep = append(keep, vni)
+			}
+		}
+		m.inheritedVNIs = keep
 	}
 	if len(m.vnis) > 0 {
 		if err := m.fw.Repair(); err != nil {
@@ -324,19 +436,24 @@ func (m *Manager) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// Close removes every SA, policy and firewall rule of ours.
-func (m *Manager) Close() error {
+// Detach stops managing without touching the kernel, for a stop: the SAs,
+// policies and firewall table stay, so the encrypted sandboxes kept across
+// a restart go on carrying traffic (never in clear: the firewall's guard
+// drops what no policy takes), and the next run takes them over (Resume).
+// Key material in memory is wiped.
+func (m *Manager) Detach() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var errs []error
-	for vni := range m.vnis {
-		errs = append(errs, m.fw.DisableVNI(vni))
+	for _, sa := range m.derived {
+		clear(sa.Key)
 	}
-	clear(m.vnis)
-	errs = append(errs, m.xfrm.Flush())
+	clear(m.derived)
+	for _, g := range m.keyring.gens {
+		clear(g.priv)
+	}
 	clear(m.remotes)
 	clear(m.refs)
-	return errors.Join(errs...)
+	clear(m.vnis)
 }
 
 func (m *Manager) reconcileAll() error {
@@ -362,8 +479,11 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 	}
 	r := m.remotes[vtep]
 	if r == nil {
-		r = &remote{sas: map[uint32]Direction{}}
+		r = newRemote()
 	}
+	// While an inherited generation lives, what the previous run left
+	// stays: it carries the traffic this run cannot derive keys for.
+	held := m.keyring.Inherited()
 	want := map[uint32]SA{}
 	var out SA
 	hasOut := false
@@ -375,6 +495,9 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 		for _, pk := range peer {
 			for _, g := range own {
 				sa, err := m.sa(Direction{Src: vtep, Dst: m.local, SrcGen: pk.Gen, DstGen: g.Gen}, g.Gen, pk.Key)
+				if errors.Is(err, errNoPrivateKey) {
+					continue // the kernel holds it if it was ever needed
+				}
 				if err != nil {
 					errs = append(errs, err)
 					continue
@@ -386,9 +509,13 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 		b, okB := Active(peer, now)
 		if okA && okB {
 			sa, err := m.sa(Direction{Src: m.local, Dst: vtep, SrcGen: a.Gen, DstGen: b.Gen}, a.Gen, b.Key)
-			if err != nil {
+			switch {
+			case errors.Is(err, errNoPrivateKey):
+				// Sending with an inherited generation: the policy the
+				// previous run left does, or traffic waits.
+			case err != nil:
 				errs = append(errs, err)
-			} else {
+			default:
 				want[sa.SPI], out, hasOut = sa, sa, true
 			}
 		}
@@ -408,29 +535,30 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 		r.sas[spi] = sa.Direction
 	}
 	switch {
+	case held && r.inheritedPolicy && !hasOut:
 	case m.refs[vtep] == 0:
 		if r.hasPolicy {
 			if err := m.xfrm.DeletePolicy(m.local, vtep, m.port); err != nil {
 				errs = append(errs, err)
 			} else {
-				r.hasPolicy = false
+				r.hasPolicy, r.inheritedPolicy = false, false
 			}
 		}
 	case hasOut && (!r.hasPolicy || r.policy != out.SPI):
 		if err := m.xfrm.SetPolicy(m.local, vtep, m.port, out.SPI); err != nil {
 			errs = append(errs, err)
 		} else {
-			r.policy, r.hasPolicy = out.SPI, true
+			r.policy, r.hasPolicy, r.inheritedPolicy = out.SPI, true, false
 		}
 	case !hasOut && (!r.hasPolicy || r.policy != 0):
 		if err := m.xfrm.BlockPolicy(m.local, vtep, m.port); err != nil {
 			errs = append(errs, err)
 		} else {
-			r.policy, r.hasPolicy = 0, true
+			r.policy, r.hasPolicy, r.inheritedPolicy = 0, true, false
 		}
 	}
 	for spi, d := range r.sas {
-		if _, ok := want[spi]; ok || (r.hasPolicy && spi == r.policy) {
+		if _, ok := want[spi]; ok || (r.hasPolicy && spi == r.policy) || (held && r.inherited[spi]) {
 			continue
 		}
 		if err := m.xfrm.DeleteSA(d.Src, d.Dst, spi); err != nil {
@@ -438,6 +566,7 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 			continue
 		}
 		delete(r.sas, spi)
+		delete(r.inherited, spi)
 	}
 	if len(r.sas) == 0 && !r.hasPolicy {
 		delete(m.remotes, vtep)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +31,13 @@ func (f *fakeFirewall) EnableVNI(v uint32) error {
 }
 
 func (f *fakeFirewall) Repair() error { return nil }
+
+// Keep: the fake outlives a "restart", as the kernel's table does.
+func (f *fakeFirewall) Keep() ([]uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.vnis)), nil
+}
 
 func (f *fakeFirewall) DisableVNI(v uint32) error {
 	f.mu.Lock()
@@ -440,5 +449,92 @@ func TestConcurrentRotationAndPeers(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkPath(t, a, p)
+	}
+}
+
+// TestResumeTakesOverLosslessly restarts a's manager on the same kernel
+// the way the plugin does across `docker plugin disable`/`enable`: the
+// old one detaches, the new one resumes its published keys. At every step
+// each direction has an SA both ends agree on: the inherited ones until
+// a's fresh generation activates, Lead after the restart; Grace later the
+// inherited SAs are gone, and so is the previous run's firewall table,
+// which no encrypted sandbox claimed again.
+func TestResumeTakesOverLosslessly(t *testing.T) {
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	b := newHost(t, "198.51.100.2", c.now)
+	for _, h := range []struct{ from, to *host }{{a, b}, {b, a}} {
+		if err := h.from.m.AddRemote(h.to.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.m.EnableVNI(256); err != nil {
+		t.Fatal(err)
+	}
+	gossip(t, a, b)
+	both := func(step string) {
+		t.Helper()
+		t.Log(step)
+		checkPath(t, a, b)
+		checkPath(t, b, a)
+	}
+	both("before the restart")
+	kernel, _ := a.x.States()
+	old := a.published()
+
+	a.m.Detach()
+	m, err := NewManager(Config{XFRM: a.x, Firewall: a.fw, Secret: secret, Local: a.addr, Port: 4789,
+		Schedule: testSchedule(), Now: c.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Publish: func(k []PublicKey) { a.mu.Lock(); a.pub = k; a.mu.Unlock() }, Resume: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.m = m
+	if !m.Resumed() {
+		t.Fatal("the new manager did not take over")
+	}
+	if got, _ := a.x.States(); !slices.EqualFunc(got, kernel, func(x, y StateInfo) bool { return x.SPI == y.SPI }) {
+		t.Fatalf("taking over changed the kernel's SAs: %+v, was %+v", got, kernel)
+	}
+	if pub := a.published(); len(pub) != 2 || pub[0].Gen != old[0].Gen || !pub[1].ActivateAt.Equal(t0.Add(testSchedule().Lead)) {
+		t.Fatalf("resumed keys %+v; want the old generation, then a new one activating after Lead", pub)
+	}
+	if err := m.Tick(); err != nil {
+		t.Fatal(err)
+	}
+	both("after the restart, before the driver has its peers back")
+	if err := m.AddRemote(b.addr); err != nil {
+		t.Fatal(err)
+	}
+	gossip(t, a, b)
+	both("peers and keys known again")
+
+	c.add(testSchedule().Lead)
+	for _, h := range []*host{a, b} {
+		if err := h.m.Tick(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	both("the new generation active")
+	if a.fw.vnis[256] != true {
+		t.Fatal("the previous run's firewall table went while its generation lives")
+	}
+
+	c.add(testSchedule().Grace)
+	for _, h := range []*host{a, b} {
+		if err := h.m.Tick(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gossip(t, a, b)
+	both("the inherited generation retired")
+	now, _ := a.x.States()
+	for _, st := range now {
+		if slices.ContainsFunc(kernel, func(k StateInfo) bool { return k.SPI == st.SPI }) {
+			t.Errorf("inherited SA %#x still installed after its generation retired", st.SPI)
+		}
+	}
+	if len(a.published()) != 1 || len(a.fw.vnis) != 0 {
+		t.Fatalf("after the window: %d generations published, firewall VNIs %v", len(a.published()), a.fw.vnis)
 	}
 }

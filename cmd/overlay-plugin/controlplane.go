@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"go.etcd.io/bbolt"
 
 	"github.com/overlay-plugin/overlay-plugin/cluster"
 	"github.com/overlay-plugin/overlay-plugin/driver"
@@ -76,13 +77,17 @@ func subkey(secret []byte, use string) []byte {
 
 // keyPublisher carries the encryption manager's public keys to the
 // cluster's node data, which exists only after the manager (the manager
-// publishes its first keys as it starts).
+// publishes its first keys as it starts), and to the state database for
+// the next run (keystate.go).
 type keyPublisher struct {
-	// mu guards latest and c. Leaf lock, taken under the encryption mutex.
+	db   *bbolt.DB
+	vtep netip.Addr
+	log  *slog.Logger
+	// mu guards latest and c. Leaf lock, taken under the encryption mutex
+	// (the database's own lock sits below it).
 	mu     sync.Mutex
 	latest []byte
 	c      *cluster.Cluster
-	log    *slog.Logger
 }
 
 func (p *keyPublisher) publish(keys []encryption.PublicKey) {
@@ -90,6 +95,9 @@ func (p *keyPublisher) publish(keys []encryption.PublicKey) {
 	if err != nil {
 		p.log.Error("encode public keys", "err", err)
 		return
+	}
+	if err := saveKeys(p.db, p.vtep, b); err != nil {
+		p.log.Error("store public keys for the next run", "err", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -121,7 +129,7 @@ func keySchedule(interval time.Duration) encryption.Schedule {
 
 // startControlPlane settles this host's address and starts gossip and
 // encryption. Without a gossip port it only settles the address.
-func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv *driver.Driver, log *slog.Logger) (*controlPlane, error) {
+func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv *driver.Driver, db *bbolt.DB, log *slog.Logger) (*controlPlane, error) {
 	addr := cfg.AdvertiseAddr
 	if !addr.IsValid() {
 		var err error
@@ -149,15 +157,20 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	}
 	cp := &controlPlane{release: func() {}, stopRun: func() {}}
 	var enc atomic.Pointer[encryption.Manager]
-	pub := &keyPublisher{log: log}
+	pub := &keyPublisher{db: db, vtep: addr, log: log}
 	if secret != nil {
+		resume, err := keysToResume(db, addr, log)
+		if err != nil {
+			return nil, err
+		}
 		x, fw, release, err := deps.newEncryption(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("encryption: %w", err)
 		}
 		cp.release = release
 		cp.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: subkey(secret, "esp salt v1"),
-			Local: addr, Port: cfg.VXLANPort, Schedule: keySchedule(cfg.KeyRotation), Publish: pub.publish, Logger: log})
+			Local: addr, Port: cfg.VXLANPort, Schedule: keySchedule(cfg.KeyRotation), Publish: pub.publish, Logger: log,
+			Resume: resume})
 		if err != nil {
 			release()
 			return nil, err
@@ -191,7 +204,7 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	})
 	if err != nil {
 		if cp.enc != nil {
-			cp.enc.Close()
+			cp.enc.Detach()
 		}
 		cp.release()
 		return nil, fmt.Errorf("gossip: %w", err)
@@ -223,30 +236,37 @@ func (cp *controlPlane) stopGossip(log *slog.Logger) {
 	}
 }
 
-// stopEncryption removes the IPsec state; call after Driver.Close.
-func (cp *controlPlane) stopEncryption(log *slog.Logger) {
+// stopEncryption leaves the IPsec state in the kernel for the sandboxes
+// Driver.Close kept and the next run; call after Driver.Close.
+func (cp *controlPlane) stopEncryption() {
 	if cp.enc != nil {
-		if err := cp.enc.Close(); err != nil {
-			log.Warn("remove IPsec state", "err", err)
-		}
+		cp.enc.Detach()
 	}
 	cp.release()
 }
 
-// newNetlinkEncryption is the real xfrm and nftables side. A table left by
-// a previous run is removed first: it could drop traffic of VNIs that are
-// no longer encrypted.
+// keysToResume returns the public keys the previous run published, if it
+// published them for addr: its IPsec state is then this run's to take
+// over.
+func keysToResume(db *bbolt.DB, addr netip.Addr, log *slog.Logger) ([]encryption.PublicKey, error) {
+	vtep, keys, err := loadKeys(db)
+	if err != nil {
+		return nil, err
+	}
+	if keys != nil && vtep != addr {
+		log.Warn("this host's address changed since the previous run: its IPsec state cannot be taken over", "was", vtep, "now", addr)
+		return nil, nil
+	}
+	return keys, nil
+}
+
+// newNetlinkEncryption is the real xfrm and nftables side.
 func newNetlinkEncryption(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
 	x, err := encryption.NewNetlinkXFRM(netns.None())
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fw := firewall.New(nil, cfg.VXLANPort, encryption.Mark)
-	if err := fw.Close(); err != nil {
-		x.Close()
-		return nil, nil, nil, fmt.Errorf("remove a previous run's firewall table: %w", err)
-	}
-	return x, fw, func() { x.Close() }, nil
+	return x, firewall.New(nil, cfg.VXLANPort, encryption.Mark), func() { x.Close() }, nil
 }
 
 // adminBackend is the admin API's view: the driver through the guard,

@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -37,34 +40,47 @@ func (f *memFirewall) DisableVNI(v uint32) error {
 }
 func (f *memFirewall) Repair() error { return nil }
 
+// Keep: the fake outlives a "restart", as the kernel's table does.
+func (f *memFirewall) Keep() ([]uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.vnis)), nil
+}
+
 // node is one in-process plugin with gossip on an in-memory network.
 type node struct {
 	*instance
 	addr netip.Addr
 	x    *encryption.FakeXFRM
+	fw   *memFirewall
 }
 
 func startNode(t *testing.T, net *memnet.Network, i int, secretFile string, join ...string) *node {
 	t.Helper()
 	addr := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
-	tr, err := net.NewTransport(netip.AddrPortFrom(addr, defaultGossipPort))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig(t)
 	cfg.AdvertiseAddr, cfg.GossipPort, cfg.Join, cfg.NodeName = addr, defaultGossipPort, join, addr.String()
 	cfg.SecretFile, cfg.DeadGrace, cfg.KeyRotation = secretFile, time.Minute, time.Hour
-	k := fakekernel.New()
+	return runNode(t, net, &node{addr: addr, x: encryption.NewFakeXFRM(), fw: &memFirewall{vnis: map[uint32]bool{}}}, cfg, fakekernel.New())
+}
+
+// runNode starts n's plugin on cfg and the given kernel, xfrm and firewall:
+// new ones, or those a stopped run left.
+func runNode(t *testing.T, net *memnet.Network, n *node, cfg serveConfig, k *fakekernel.Kernel) *node {
+	t.Helper()
+	tr, err := net.NewTransport(netip.AddrPortFrom(n.addr, defaultGossipPort))
+	if err != nil {
+		t.Fatal(err)
+	}
 	deps := testDeps(k)
 	deps.gossipTransport = tr
-	x := encryption.NewFakeXFRM()
 	deps.newEncryption = func(serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
-		return x, &memFirewall{vnis: map[uint32]bool{}}, func() {}, nil
+		return n.x, n.fw, func() {}, nil
 	}
 	in := start(t, cfg, deps)
 	in.kernel = k
 	in.waitHealthy(t)
-	return &node{instance: in, addr: addr, x: x}
+	return &node{instance: in, addr: n.addr, x: n.x, fw: n.fw}
 }
 
 func eventually(t *testing.T, what string, f func() bool) {
@@ -135,6 +151,66 @@ func TestGossipWiresDriversTogether(t *testing.T) {
 		pols, _ := a.x.Policies()
 		return len(pols) == 0
 	})
+}
+
+// TestRestartKeepsEncryptedNetwork stops and starts a's plugin, as
+// `docker plugin disable`/`enable` does, while its container is joined to
+// an encrypted network: the sandbox, the SAs, the policy and the firewall
+// rules stay through the stop, the new run takes them over, and each
+// direction keeps an SA both ends agree on throughout.
+func TestRestartKeepsEncryptedNetwork(t *testing.T) {
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	if err := os.WriteFile(secretFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	net := memnet.New()
+	a := startNode(t, net, 1, secretFile)
+	b := startNode(t, net, 2, secretFile, "198.51.100.1")
+	opts := map[string]string{"vxlanid_list": "300", "encrypted": ""}
+	for i, n := range []*node{a, b} {
+		c := unixClient(n.cfg.Socket)
+		ep := fmt.Sprintf("ep%d", i)
+		post(t, c, "http://p", "/NetworkDriver.CreateNetwork", createReq("net1", opts, "203.0.113.0/24")).ok(t, "create", nil)
+		post(t, c, "http://p", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": ep,
+			"Interface": map[string]any{"Address": fmt.Sprintf("203.0.113.%d/24", i+1)}}).ok(t, "endpoint", nil)
+		post(t, c, "http://p", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": ep, "SandboxKey": "/x"}).ok(t, "join", nil)
+	}
+	eventually(t, "keys exchanged: each outbound SA exists at the receiver", func() bool {
+		return pathReady(a, b) && pathReady(b, a)
+	})
+	before, _ := a.x.States()
+
+	if err := a.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := a.x.States()
+	if a.kernel.Snapshot()["net1"] == nil || len(after) != len(before) || !a.fw.vnis[300] || !pathReady(a, b) || !pathReady(b, a) {
+		t.Fatalf("the stop removed state: sandbox %v, SAs %d of %d, firewall %v", a.kernel.Snapshot()["net1"] != nil, len(after), len(before), a.fw.vnis)
+	}
+	cfg := a.cfg
+	cfg.Join = []string{"198.51.100.2"} // as Docker's node hints give it
+	a = runNode(t, net, a, cfg, a.kernel)
+	if !pathReady(a, b) || !pathReady(b, a) {
+		t.Fatal("a path lost as the new run started")
+	}
+	admin := adminapi.NewClient(a.cfg.AdminSocket)
+	defer admin.Close()
+	nets, err := admin.Networks()
+	if err != nil || len(nets) != 1 || nets[0].Sandbox != "net1" || !nets[0].Endpoints[0].Joined {
+		t.Fatalf("the new run lists %+v, %v: want the sandbox adopted, its endpoint joined", nets, err)
+	}
+	eventually(t, "a's sandbox guarded again and b's endpoint back", func() bool {
+		_, ok := a.kernel.Snapshot()["net1"].Neighbors[netip.MustParseAddr("203.0.113.2")]
+		return ok && a.fw.vnis[300]
+	})
+	eventually(t, "b installs inbound SAs for a's new generation", func() bool {
+		states, _ := b.x.States()
+		return len(states) > len(before)
+	})
+	if !pathReady(a, b) || !pathReady(b, a) {
+		t.Fatal("a path lost after the new run took over")
+	}
 }
 
 func countAlive(raw []byte) int {

@@ -97,9 +97,10 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) int {
 }
 
 // serve runs the plugin until ctx is done, then shuts down gracefully:
-// it stops accepting, waits for the calls under way, removes every sandbox
-// (Driver.Close), closes the state database and removes its sockets. It
-// returns nil after a clean shutdown.
+// it stops accepting, waits for the calls under way, leaves the sandboxes
+// and the IPsec state in the kernel for the next run (Driver.Close,
+// encryption.Manager.Detach), closes the state database and removes its
+// sockets. It returns nil after a clean shutdown.
 //
 // Start-up is ordered for Docker, which gives a plugin about 10 s to
 // create its socket: the plugin socket listens first, and calls arriving
@@ -185,7 +186,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	// names it just after start). Joins wait for it meanwhile.
 	cpErr := make(chan error, 1)
 	go func() {
-		cp, err := startControlPlane(ctx, cfg, deps, drv, log)
+		cp, err := startControlPlane(ctx, cfg, deps, drv, db, log)
 		if err == nil {
 			cps.p.Store(cp)
 		}
@@ -246,12 +247,9 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	if cp != nil {
 		cp.stopGossip(log)
 	}
-	if err := drv.Close(); err != nil {
-		log.Error("remove sandboxes", "err", err)
-		retErr = errors.Join(retErr, fmt.Errorf("remove sandboxes: %w", err))
-	}
+	drv.Close()
 	if cp != nil {
-		cp.stopEncryption(log)
+		cp.stopEncryption()
 	}
 	if retErr == nil {
 		log.Info("overlay plugin stopped")
@@ -284,8 +282,14 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 		release()
 		return nil, nil, err
 	}
+	// Encrypted sandboxes are kept if the previous run published keys this
+	// one may take over (see keysToResume).
+	_, keys, err := loadKeys(db)
+	if err != nil {
+		log.Warn("stored public keys unreadable: encrypted sandboxes of the previous run will be removed", "err", err)
+	}
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
-		VXLANPort: cfg.VXLANPort, Logger: log})
+		VXLANPort: cfg.VXLANPort, ResumeEncrypted: cfg.SecretFile != "" && cfg.GossipPort != 0 && len(keys) > 0, Logger: log})
 	if err != nil {
 		release()
 		return nil, nil, err
