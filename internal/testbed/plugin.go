@@ -16,6 +16,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"golang.org/x/sys/unix"
 )
 
 // Default bounds of a plugin's life cycle.
@@ -460,6 +461,34 @@ func (p *Plugin) Mounts() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// HoldSandboxes bind-mounts the plugin's sandbox namespaces, from its
+// private mount namespace, onto the same paths in this process's. That is
+// where a managed plugin's sandboxes are, on a host mount: they outlive
+// the process, and a plugin started again on the host (`ip netns exec`
+// copies this mount namespace) finds and adopts them. The Bed unmounts
+// what is left at cleanup. The plugin must be running.
+func (p *Plugin) HoldSandboxes() error {
+	mounts, err := p.Mounts()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		src := fmt.Sprintf("/proc/%d/root%s", p.Pid(), m)
+		if err := unix.Mount(src, m, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("hold sandbox %s: %w", m, err)
+		}
+		p.Host.topo.Bed.onCleanup("unmount held sandbox "+m, func() error {
+			// The plugin deleting the sandbox unlinks the file, which
+			// detaches this mount too.
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return err
+			}
+			return nil
+		})
+	}
+	return nil
 }
 
 // SandboxPath is where a sandbox namespace of the plugin can be opened from

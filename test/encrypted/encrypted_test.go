@@ -20,7 +20,11 @@
 //  4. a forced key rotation on every host under continuous sequenced UDP
 //     traffic loses nothing: every sequence number arrives exactly once;
 //  5. the retired generations are gone everywhere: from the key lists,
-//     and no SA or policy uses them (every SPI changed);
+//     and no SA or policy uses them (every SPI changed); then h1's plugin
+//     is stopped and started again, as `docker plugin disable`/`enable`
+//     does, under the same streams: the new run takes the IPsec state
+//     over, nothing is lost or sent in clear, and the previous run's SAs
+//     are gone once its generation retires;
 //  6. Leave, DeleteEndpoint and DeleteNetwork leave no xfrm state, no xfrm
 //     policy of ours and no nftables table on any host.
 //
@@ -164,6 +168,7 @@ type node struct {
 	name   string
 	host   *testbed.Host
 	plugin *testbed.Plugin
+	cfg    testbed.PluginConfig // to start it again
 }
 
 type network struct {
@@ -315,6 +320,7 @@ func TestEncryptedOverlay(t *testing.T) {
 		{"3b-outside-flush-fails-closed", s.phaseOutsideFlush},
 		{"4-rotation-lossless", s.phaseRotation},
 		{"5-retired-generation-gone", s.phaseRetired},
+		{"5b-restart-keeps-traffic", s.phaseRestart},
 		{"6-teardown-clean", s.phaseTeardown},
 	}
 	for _, p := range phases {
@@ -363,12 +369,13 @@ func setup(t *testing.T) *suite {
 			args = append(args, "--join", seed.String())
 		}
 		ps := time.Now()
-		p, err := h.StartPlugin(testbed.PluginConfig{Args: args, StartTimeout: pluginStart})
+		cfg := testbed.PluginConfig{Args: args, StartTimeout: pluginStart}
+		p, err := h.StartPlugin(cfg)
 		if err != nil {
 			return fmt.Errorf("start plugin: %w", err)
 		}
 		t.Logf("%s: underlay %s, plugin pid %d ready in %v, log %s", h.Name, h.Underlay, p.Pid(), time.Since(ps).Round(time.Millisecond), p.LogFile)
-		s.nodes[i] = &node{name: h.Name, host: h, plugin: p}
+		s.nodes[i] = &node{name: h.Name, host: h, plugin: p, cfg: cfg}
 		return nil
 	}
 	// The seed first, then the others side by side (process starts are
@@ -1369,6 +1376,129 @@ func (s *suite) phaseRetired(t *testing.T) {
 
 // ---------------------------------------------------------------------------
 // 6. Teardown leaves nothing behind.
+
+// phaseRestart stops h1's plugin and starts it again, as `docker plugin
+// disable`/`enable` does, while sequenced streams run through it (c1->c2,
+// c3->c1). Its sandboxes are held as a managed plugin's host mount holds
+// them. The new run takes the previous one's IPsec state over, so no
+// packet is lost, none crosses the underlay in clear, and once h1's
+// inherited generation has retired (Lead+Grace after the start) none of
+// the previous run's SAs is left.
+func (s *suite) phaseRestart(t *testing.T) {
+	h1, h2 := s.nodes[0], s.nodes[1]
+	c1, c2, c3 := s.ep("c1"), s.ep("c2"), s.ep("c3")
+	pre := s.quietSchedule(t, lead+grace+20*time.Second)
+	previous := map[uint32]bool{}
+	for _, st := range pre[h1].States {
+		previous[st.SPI] = true
+	}
+	if err := h1.plugin.HoldSandboxes(); err != nil {
+		t.Fatal(err)
+	}
+	capt, err := startCapture(h2.host.NS, testbed.HostLink, vxlanPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	captStopped := false
+	defer func() {
+		if !captStopped {
+			capt.Stop()
+		}
+	}()
+	var streams []*stream
+	for _, p := range [][2]*endpoint{{c1, c2}, {c3, c1}} {
+		st, err := startStream(p[0].name+"->"+p[1].name, p[0].ctr.Netns, p[1].ctr.Netns,
+			netip.AddrPortFrom(p[1].addr(testbed.IPv4), streamPort), streamEvery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	stopped := false
+	stopAll := func() []streamResult {
+		var rs []streamResult
+		if !stopped {
+			stopped = true
+			for _, st := range streams {
+				rs = append(rs, st.Stop(3*time.Second))
+			}
+		}
+		return rs
+	}
+	defer stopAll()
+	if err := waitFor("both streams echo", 30*time.Second, func() error {
+		for _, st := range streams {
+			if _, echoed := st.Progress(); echoed == 0 {
+				return fmt.Errorf("stream %s: no echo yet", st.Name)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	down := time.Now()
+	if err := h1.plugin.Stop(0); err != nil {
+		t.Fatalf("stop h1's plugin: %v", err)
+	}
+	time.Sleep(time.Second)
+	p, err := h1.host.StartPlugin(h1.cfg)
+	if err != nil {
+		t.Fatalf("start h1's plugin again: %v", err)
+	}
+	h1.plugin = p
+	t.Logf("h1's plugin stopped and ready again (pid %d) in %v", p.Pid(), time.Since(down).Round(time.Millisecond))
+	// Ready means the driver serves; the control plane, and with it the
+	// encryption side, starts just after.
+	if err := waitFor("h1's new run takes the encrypted network over", 20*time.Second, func() error {
+		if log := p.LogTail(200); !strings.Contains(log, "took over the previous run's IPsec state") || !strings.Contains(log, "adopted encrypted sandbox guarded again") {
+			return errors.New("not in its log yet")
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("%v; log tail:\n%s", err, p.LogTail(60))
+	}
+	err = waitFor("h1 back to one generation, none of the previous run's SAs left", lead+grace+60*time.Second, func() error {
+		st, err := s.status(h1)
+		if err != nil {
+			return err
+		}
+		if len(st.Own) != 1 || st.Own[0].Gen == pre[h1].Own[0].Gen {
+			return fmt.Errorf("own generations %+v", st.Own)
+		}
+		for _, sa := range st.States {
+			if previous[sa.SPI] {
+				return fmt.Errorf("SA %#x of the previous run still installed", sa.SPI)
+			}
+		}
+		for _, o := range s.others(h1) {
+			if r := remoteOf(st, o.host.Underlay); r == nil || r.Blocked || r.PolicySPI == 0 || previous[r.PolicySPI] {
+				return fmt.Errorf("towards %s: %+v", o.name, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("h1 on its own keys only %v after the stop", time.Since(down).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+	for _, r := range stopAll() {
+		t.Logf("%s", r)
+		if !r.Lossless() {
+			t.Errorf("packets lost or duplicated across the plugin restart: %s", r)
+		}
+	}
+	cs, err := capt.Stop()
+	captStopped = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("capture on h2 during the restart: VXLAN by VNI %v, ESP %v", cs.VXLAN, cs.ESP)
+	if n := cs.VXLAN[s.enc.vni]; n != 0 {
+		t.Errorf("capture on h2: %d plaintext VXLAN packets of the encrypted VNI %d crossed the underlay", n, s.enc.vni)
+	}
+}
 
 // leftovers lists the IPsec and nftables state left on n.
 func (s *suite) leftovers(n *node, checkAPI bool) error {
