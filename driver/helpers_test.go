@@ -30,13 +30,19 @@ func newTestDriver(t testing.TB, k kernel.Kernel) *Driver {
 
 func newTestDriverAt(t testing.TB, k kernel.Kernel, vtep netip.Addr) *Driver {
 	t.Helper()
+	return newTestDriverWith(t, k, vtep, testDB(t), false)
+}
+
+// testDB is a state database for one test, closed at its end.
+func testDB(t testing.TB) *bbolt.DB {
+	t.Helper()
 	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	db.NoSync = true // a test's database need not survive a power cut
-	return newTestDriverWith(t, k, vtep, db, false)
+	return db
 }
 
 // newTestDriverWith builds a driver on db, as a (re)started plugin does.

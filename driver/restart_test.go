@@ -3,11 +3,9 @@ package driver
 import (
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"testing"
 
 	api "github.com/docker/go-plugins-helpers/network"
-	"go.etcd.io/bbolt"
 
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
@@ -19,11 +17,7 @@ import (
 // encrypted one (without ResumeEncrypted: no IPsec state to take over)
 // comes back unjoined, and Docker's later calls succeed.
 func TestRestartResumes(t *testing.T) {
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := testDB(t)
 	k := fakekernel.New()
 	d := newTestDriverWith(t, k, localVTEP, db, false)
 	fe := newFakeEncryption()
@@ -37,7 +31,7 @@ func TestRestartResumes(t *testing.T) {
 		_, err = d.Join(&api.JoinRequest{NetworkID: n, EndpointID: "e" + n})
 		must(t, err)
 	}
-	_, err = d.CreateEndpoint(endpointReq("plain", "e2", 2)) // created, never joined
+	_, err := d.CreateEndpoint(endpointReq("plain", "e2", 2)) // created, never joined
 	must(t, err)
 	stale := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
 	must(t, d.AddPeer("plain", stale))
@@ -124,16 +118,12 @@ func TestResyncRepairsOutsideChanges(t *testing.T) {
 func TestRestartResumesEncrypted(t *testing.T) {
 	for _, resumed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("resumed=%v", resumed), func(t *testing.T) {
-			db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
+			db := testDB(t)
 			k := fakekernel.New()
 			d := newTestDriverWith(t, k, localVTEP, db, false)
 			d.SetEncryption(newFakeEncryption())
 			must(t, d.CreateNetwork(encryptedReq("secret", 301)))
-			_, err = d.CreateEndpoint(endpointReq("secret", "e1", 1))
+			_, err := d.CreateEndpoint(endpointReq("secret", "e1", 1))
 			must(t, err)
 			_, err = d.Join(&api.JoinRequest{NetworkID: "secret", EndpointID: "e1"})
 			must(t, err)

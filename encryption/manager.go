@@ -179,11 +179,7 @@ func (m *Manager) takeOver(s Schedule, keys []PublicKey) error {
 	if err != nil {
 		return err
 	}
-	states, err := m.xfrm.States()
-	if err != nil {
-		return err
-	}
-	pols, err := m.xfrm.Policies()
+	states, pols, err := m.installed()
 	if err != nil {
 		return err
 	}
@@ -223,6 +219,16 @@ func (m *Manager) takeOver(s Schedule, keys []PublicKey) error {
 	m.keyring, m.resumed = kr, true
 	m.log.Info("took over the previous run's IPsec state", "remotes", len(m.remotes), "sas", len(states), "policies", len(pols))
 	return nil
+}
+
+// installed reads back the SAs and policies of ours the kernel holds.
+func (m *Manager) installed() ([]StateInfo, []PolicyInfo, error) {
+	states, err := m.xfrm.States()
+	if err != nil {
+		return nil, nil, err
+	}
+	pols, err := m.xfrm.Policies()
+	return states, pols, err
 }
 
 // Supported reports why encrypted networks cannot work here, or nil.
@@ -362,11 +368,7 @@ func (m *Manager) Tick() error {
 // starts a new generation instead, whose fresh SAs take over after Lead.
 // Caller holds mu.
 func (m *Manager) forgetLost() error {
-	states, err := m.xfrm.States()
-	if err != nil {
-		return err
-	}
-	pols, err := m.xfrm.Policies()
+	states, pols, err := m.installed()
 	if err != nil {
 		return err
 	}

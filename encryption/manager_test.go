@@ -154,6 +154,19 @@ func TestTwoHostsAgreeAndBlockUntilKeysKnown(t *testing.T) {
 	checkPath(t, b, a)
 }
 
+// twoHosts starts hosts a and b, each with a reference on the other.
+func twoHosts(t *testing.T, c *clock) (a, b *host) {
+	t.Helper()
+	a = newHost(t, "198.51.100.1", c.now)
+	b = newHost(t, "198.51.100.2", c.now)
+	for _, h := range []struct{ from, to *host }{{a, b}, {b, a}} {
+		if err := h.from.m.AddRemote(h.to.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
 // TestReprogramsStateLostFromOutside: a policy removed behind the
 // manager's back is back after the next tick, as are inbound SAs; a lost
 // outbound SA starts a new generation, whose fresh SAs take over once it
@@ -161,13 +174,7 @@ func TestTwoHostsAgreeAndBlockUntilKeysKnown(t *testing.T) {
 // numbers inside the receiver's replay window).
 func TestReprogramsStateLostFromOutside(t *testing.T) {
 	c := &clock{t: t0}
-	a := newHost(t, "198.51.100.1", c.now)
-	b := newHost(t, "198.51.100.2", c.now)
-	for _, h := range []struct{ from, to *host }{{a, b}, {b, a}} {
-		if err := h.from.m.AddRemote(h.to.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b := twoHosts(t, c)
 	gossip(t, a, b)
 	checkPath(t, a, b)
 	outSPI := func() uint32 {
@@ -461,13 +468,7 @@ func TestConcurrentRotationAndPeers(t *testing.T) {
 // which no encrypted sandbox claimed again.
 func TestResumeTakesOverLosslessly(t *testing.T) {
 	c := &clock{t: t0}
-	a := newHost(t, "198.51.100.1", c.now)
-	b := newHost(t, "198.51.100.2", c.now)
-	for _, h := range []struct{ from, to *host }{{a, b}, {b, a}} {
-		if err := h.from.m.AddRemote(h.to.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b := twoHosts(t, c)
 	if err := a.m.EnableVNI(256); err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,17 @@ func startNode(t *testing.T, net *memnet.Network, i int, secretFile string, join
 	return runNode(t, net, &node{addr: addr, x: encryption.NewFakeXFRM(), fw: &memFirewall{vnis: map[uint32]bool{}}}, cfg, fakekernel.New())
 }
 
+// startPair starts two plugins with one cluster secret, b joining a.
+func startPair(t *testing.T, net *memnet.Network) (a, b *node) {
+	t.Helper()
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	if err := os.WriteFile(secretFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startNode(t, net, 1, secretFile), startNode(t, net, 2, secretFile, "198.51.100.1")
+}
+
 // runNode starts n's plugin on cfg and the given kernel, xfrm and firewall:
 // new ones, or those a stopped run left.
 func runNode(t *testing.T, net *memnet.Network, n *node, cfg serveConfig, k *fakekernel.Kernel) *node {
@@ -100,14 +111,8 @@ func eventually(t *testing.T, what string, f func() bool) {
 // are exchanged so each side's outbound SA exists at the other, and that a
 // leave is retracted.
 func TestGossipWiresDriversTogether(t *testing.T) {
-	secretFile := filepath.Join(t.TempDir(), "secret")
-	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
-	if err := os.WriteFile(secretFile, []byte(key+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	net := memnet.New()
-	a := startNode(t, net, 1, secretFile)
-	b := startNode(t, net, 2, secretFile, "198.51.100.1")
+	a, b := startPair(t, net)
 
 	admin := adminapi.NewClient(b.cfg.AdminSocket)
 	defer admin.Close()
@@ -159,14 +164,8 @@ func TestGossipWiresDriversTogether(t *testing.T) {
 // rules stay through the stop, the new run takes them over, and each
 // direction keeps an SA both ends agree on throughout.
 func TestRestartKeepsEncryptedNetwork(t *testing.T) {
-	secretFile := filepath.Join(t.TempDir(), "secret")
-	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
-	if err := os.WriteFile(secretFile, []byte(key+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	net := memnet.New()
-	a := startNode(t, net, 1, secretFile)
-	b := startNode(t, net, 2, secretFile, "198.51.100.1")
+	a, b := startPair(t, net)
 	opts := map[string]string{"vxlanid_list": "300", "encrypted": ""}
 	for i, n := range []*node{a, b} {
 		c := unixClient(n.cfg.Socket)

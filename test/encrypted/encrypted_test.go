@@ -847,12 +847,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			capt.Stop()
-		}
-	}()
+	defer capt.Stop()
 
 	// Plaintext onto the wire from h3's host namespace, below IP: h3's own
 	// marking and policies do not see it. As an attacker on the underlay,
@@ -874,14 +869,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	// socket in h3's host namespace so that h3 marks it and IPsec carries
 	// it, arrives.
 	encESP := marker("through IPsec, encrypted VNI")
-	var conn *net.UDPConn
-	if err := h3.host.NS.Do(func() error {
-		var err error
-		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(h2.host.Underlay, vxlanPort)))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	conn := vxlanConn(t, h3, h2)
 	err = waitFor("the encrypted network's packet sent through IPsec reaches c2", 30*time.Second, func() error {
 		if _, err := conn.Write(inner(s.enc, c2, encESP)); err != nil {
 			return err
@@ -891,7 +879,6 @@ func (s *suite) phasePlaintext(t *testing.T) {
 		}
 		return errors.New("not received")
 	})
-	conn.Close()
 	if err != nil {
 		t.Errorf("control failed: %v", err)
 	}
@@ -900,7 +887,6 @@ func (s *suite) phasePlaintext(t *testing.T) {
 		time.Sleep(d)
 	}
 	cs, err := capt.Stop()
-	stopped = true
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -924,6 +910,23 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	}
 }
 
+// vxlanConn is a UDP socket in from's host namespace connected to to's
+// VXLAN port: what it sends is marked, and encrypted, as the plugin's
+// VXLAN is. Closed when the test ends.
+func vxlanConn(t *testing.T, from, to *node) *net.UDPConn {
+	t.Helper()
+	var conn *net.UDPConn
+	if err := from.host.NS.Do(func() error {
+		var err error
+		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(to.host.Underlay, vxlanPort)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // phaseOutsideFlush flushes h1's xfrm state and policies from outside
 // (as `ip xfrm state flush` would) again and again for two seconds while
 // sending VXLAN of the encrypted VNI from h1's host namespace right after
@@ -942,21 +945,8 @@ func (s *suite) phaseOutsideFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			capt.Stop()
-		}
-	}()
-	var conn *net.UDPConn
-	if err := h1.host.NS.Do(func() error {
-		var err error
-		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(h2.host.Underlay, vxlanPort)))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	defer capt.Stop()
+	conn := vxlanConn(t, h1, h2)
 	frame := vxlanPayload(s.enc.vni, innerFrame{DstMAC: net.HardwareAddr{0x02, 0, 0x5e, 0x10, 0, 2},
 		SrcMAC: net.HardwareAddr{0x02, 0, 0x5e, 0x10, 0, 1}, Src: testbed.Nth(s.enc.pool4, 100),
 		Dst: c2.addr(testbed.IPv4), SrcPort: 5555, DstPort: sinkPort, Payload: []byte("must not leave in clear")})
@@ -979,7 +969,6 @@ func (s *suite) phaseOutsideFlush(t *testing.T) {
 	// Give a packet that did leave time to cross the underlay.
 	time.Sleep(500 * time.Millisecond)
 	cs, err := capt.Stop()
-	stopped = true
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1081,19 +1070,14 @@ func (s *suite) quietSchedule(t *testing.T, margin time.Duration) map[*node]encr
 	}
 }
 
-func (s *suite) phaseRotation(t *testing.T) {
+// startStreams starts the sequenced streams c1->c2 and c3->c1, waits
+// until both echo, and returns what stops them and tallies (once).
+func (s *suite) startStreams(t *testing.T) (stopAll func() []streamResult) {
+	t.Helper()
 	c1, c2, c3 := s.ep("c1"), s.ep("c2"), s.ep("c3")
 	var streams []*stream
-	for _, p := range [][2]*endpoint{{c1, c2}, {c3, c1}} {
-		st, err := startStream(p[0].name+"->"+p[1].name, p[0].ctr.Netns, p[1].ctr.Netns,
-			netip.AddrPortFrom(p[1].addr(testbed.IPv4), streamPort), streamEvery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		streams = append(streams, st)
-	}
 	stopped := false
-	stopAll := func() []streamResult {
+	stopAll = func() []streamResult {
 		var rs []streamResult
 		if !stopped {
 			stopped = true
@@ -1103,7 +1087,15 @@ func (s *suite) phaseRotation(t *testing.T) {
 		}
 		return rs
 	}
-	defer stopAll()
+	for _, p := range [][2]*endpoint{{c1, c2}, {c3, c1}} {
+		st, err := startStream(p[0].name+"->"+p[1].name, p[0].ctr.Netns, p[1].ctr.Netns,
+			netip.AddrPortFrom(p[1].addr(testbed.IPv4), streamPort), streamEvery)
+		if err != nil {
+			stopAll()
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
 	if err := waitFor("both streams echo", 30*time.Second, func() error {
 		for _, st := range streams {
 			if _, echoed := st.Progress(); echoed == 0 {
@@ -1112,8 +1104,15 @@ func (s *suite) phaseRotation(t *testing.T) {
 		}
 		return nil
 	}); err != nil {
+		stopAll()
 		t.Fatal(err)
 	}
+	return stopAll
+}
+
+func (s *suite) phaseRotation(t *testing.T) {
+	stopAll := s.startStreams(t)
+	defer stopAll()
 
 	// Margin: forcing the rotation on the three hosts takes a few process
 	// starts; a scheduled generation created meanwhile would make three.
@@ -1386,7 +1385,6 @@ func (s *suite) phaseRetired(t *testing.T) {
 // the previous run's SAs is left.
 func (s *suite) phaseRestart(t *testing.T) {
 	h1, h2 := s.nodes[0], s.nodes[1]
-	c1, c2, c3 := s.ep("c1"), s.ep("c2"), s.ep("c3")
 	pre := s.quietSchedule(t, lead+grace+20*time.Second)
 	previous := map[uint32]bool{}
 	for _, st := range pre[h1].States {
@@ -1399,43 +1397,9 @@ func (s *suite) phaseRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	captStopped := false
-	defer func() {
-		if !captStopped {
-			capt.Stop()
-		}
-	}()
-	var streams []*stream
-	for _, p := range [][2]*endpoint{{c1, c2}, {c3, c1}} {
-		st, err := startStream(p[0].name+"->"+p[1].name, p[0].ctr.Netns, p[1].ctr.Netns,
-			netip.AddrPortFrom(p[1].addr(testbed.IPv4), streamPort), streamEvery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		streams = append(streams, st)
-	}
-	stopped := false
-	stopAll := func() []streamResult {
-		var rs []streamResult
-		if !stopped {
-			stopped = true
-			for _, st := range streams {
-				rs = append(rs, st.Stop(3*time.Second))
-			}
-		}
-		return rs
-	}
+	defer capt.Stop()
+	stopAll := s.startStreams(t)
 	defer stopAll()
-	if err := waitFor("both streams echo", 30*time.Second, func() error {
-		for _, st := range streams {
-			if _, echoed := st.Progress(); echoed == 0 {
-				return fmt.Errorf("stream %s: no echo yet", st.Name)
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
 
 	down := time.Now()
 	if err := h1.plugin.Stop(0); err != nil {
@@ -1490,7 +1454,6 @@ func (s *suite) phaseRestart(t *testing.T) {
 		}
 	}
 	cs, err := capt.Stop()
-	captStopped = true
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,6 +117,7 @@ type capture struct {
 	port    uint16
 	stop    atomic.Bool
 	done    chan struct{}
+	closeFD sync.Once
 	mu      sync.Mutex
 	st      captureStats
 	err     error
@@ -220,11 +221,12 @@ func (c *capture) parse(f []byte) {
 	}
 }
 
-// Stop ends the capture and returns what it saw.
+// Stop ends the capture and returns what it saw; again if called again
+// (a deferred Stop after the test's own is harmless).
 func (c *capture) Stop() (captureStats, error) {
 	c.stop.Store(true)
 	<-c.done
-	unix.Close(c.fd)
+	c.closeFD.Do(func() { unix.Close(c.fd) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st, c.err
