@@ -31,6 +31,20 @@ type Firewall interface {
 	// Keep takes over the rules a previous run left, as they are, and
 	// returns the VNIs they cover.
 	Keep() ([]uint32, error)
+	// Counters reads the rules' packet counters.
+	Counters() (FirewallCounters, error)
+}
+
+// FirewallCounters are packets of encrypted VNIs the firewall rules saw
+// since the rules were last built.
+type FirewallCounters struct {
+	// Marked went out marked for IPsec.
+	Marked uint64 `json:"marked"`
+	// PlaintextDropped came in without IPsec and were dropped.
+	PlaintextDropped uint64 `json:"plaintextDropped"`
+	// UnprotectedDropped were on their way out with no IPsec policy to take
+	// them (its state lost, or not yet programmed) and were dropped.
+	UnprotectedDropped uint64 `json:"unprotectedDropped"`
 }
 
 // Config builds a Manager.
@@ -628,12 +642,13 @@ func (m *Manager) prune() {
 
 // Status is a copy of the IPsec state, for inspection.
 type Status struct {
-	Supported string          `json:"unsupported,omitempty"`
-	Own       []PublicKeyInfo `json:"ownGenerations"`
-	Remotes   []RemoteStatus  `json:"remotes"`
-	VNIs      []uint32        `json:"encryptedVNIs"`
-	States    []StateInfo     `json:"states"`
-	LastError string          `json:"lastError,omitempty"`
+	Supported string           `json:"unsupported,omitempty"`
+	Own       []PublicKeyInfo  `json:"ownGenerations"`
+	Remotes   []RemoteStatus   `json:"remotes"`
+	VNIs      []uint32         `json:"encryptedVNIs"`
+	States    []StateInfo      `json:"states"`
+	Firewall  FirewallCounters `json:"firewall"`
+	LastError string           `json:"lastError,omitempty"`
 }
 
 // PublicKeyInfo is a generation without its key bytes.
@@ -687,6 +702,9 @@ func (m *Manager) Status() Status {
 	}
 	if states, err := m.xfrm.States(); err == nil {
 		st.States = states
+	}
+	if c, err := m.fw.Counters(); err == nil {
+		st.Firewall = c
 	}
 	return st
 }

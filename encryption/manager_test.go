@@ -32,6 +32,8 @@ func (f *fakeFirewall) EnableVNI(v uint32) error {
 
 func (f *fakeFirewall) Repair() error { return nil }
 
+func (f *fakeFirewall) Counters() (FirewallCounters, error) { return FirewallCounters{}, nil }
+
 // Keep: the fake outlives a "restart", as the kernel's table does.
 func (f *fakeFirewall) Keep() ([]uint32, error) {
 	f.mu.Lock()

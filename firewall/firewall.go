@@ -43,6 +43,8 @@ import (
 	"github.com/google/nftables/userdata"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/encryption"
 )
 
 // Names inside the table.
@@ -465,6 +467,13 @@ func (f *Firewall) Status() (Status, error) {
 	}
 	st.Intact = intact
 	return st, nil
+}
+
+// Counters reads the rules' packet counters, for the encryption status.
+func (f *Firewall) Counters() (encryption.FirewallCounters, error) {
+	st, err := f.Status()
+	return encryption.FirewallCounters{Marked: st.Marked.Packets, PlaintextDropped: st.Dropped.Packets,
+		UnprotectedDropped: st.Unprotected.Packets}, err
 }
 
 // Repair rebuilds the table only if it is not intact, so a periodic call

@@ -885,6 +885,9 @@ func TestDataPath(t *testing.T) {
 		b.Dropped.Packets != 0 || a.Marked.Bytes == 0 {
 		t.Fatalf("counters: A %+v, B %+v", a, b)
 	}
+	if c, err := fA.Counters(); err != nil || c != (encryption.FirewallCounters{Marked: 1, UnprotectedDropped: 1}) {
+		t.Fatalf("A's counters for the encryption status: %+v, %v", c, err)
+	}
 	// Unencrypted VNI: untouched.
 	send(t, p, addrB, port, 4097, "plain-v4")
 	r.expect(t, "plain-v4", true)

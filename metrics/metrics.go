@@ -111,6 +111,7 @@ var (
 	encRemotes     = desc("encryption_remotes", "Remote hosts programmed for IPsec, by policy state (active, blocked: waiting for keys).", "policy")
 	encSAs         = desc("encryption_sas", "IPsec SAs of this plugin in the kernel.")
 	encLastErrored = desc("encryption_last_error", "1 when the last IPsec programming failed (see `overlay-plugin encryption`).")
+	encFirewall    = desc("encryption_firewall_packets_total", "Packets of encrypted VNIs seen by the firewall rules since they were last built, by rule: marked (went out for IPsec), plaintext_dropped (came in without IPsec), unprotected_dropped (no IPsec policy took them on the way out).", "rule")
 )
 
 type collector struct{ src Sources }
@@ -210,4 +211,7 @@ func collectEncryption(ch chan<- prometheus.Metric, s encryption.Status) {
 	gauge(ch, encRemotes, float64(blocked), "blocked")
 	gauge(ch, encSAs, float64(len(s.States)))
 	gauge(ch, encLastErrored, bool01(s.LastError != ""))
+	counter(ch, encFirewall, s.Firewall.Marked, "marked")
+	counter(ch, encFirewall, s.Firewall.PlaintextDropped, "plaintext_dropped")
+	counter(ch, encFirewall, s.Firewall.UnprotectedDropped, "unprotected_dropped")
 }

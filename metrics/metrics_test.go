@@ -44,7 +44,8 @@ func TestScrape(t *testing.T) {
 		Encryption: func() (encryption.Status, bool) {
 			return encryption.Status{Own: make([]encryption.PublicKeyInfo, 2), Remotes: []encryption.RemoteStatus{
 				{PolicySPI: 7}, {Blocked: true},
-			}, States: make([]encryption.StateInfo, 4), LastError: "boom"}, true
+			}, States: make([]encryption.StateInfo, 4), LastError: "boom",
+				Firewall: encryption.FirewallCounters{Marked: 9, PlaintextDropped: 5, UnprotectedDropped: 3}}, true
 		},
 	}
 	calls := NewCalls()
@@ -68,6 +69,9 @@ func TestScrape(t *testing.T) {
 		`overlay_plugin_encryption_remotes{policy="blocked"} 1`,
 		`overlay_plugin_encryption_sas 4`,
 		`overlay_plugin_encryption_last_error 1`,
+		`overlay_plugin_encryption_firewall_packets_total{rule="marked"} 9`,
+		`overlay_plugin_encryption_firewall_packets_total{rule="plaintext_dropped"} 5`,
+		`overlay_plugin_encryption_firewall_packets_total{rule="unprotected_dropped"} 3`,
 		`overlay_plugin_driver_calls_total{call="Join",outcome="ok"} 1`,
 		`overlay_plugin_driver_calls_total{call="Join",outcome="error"} 1`,
 		`overlay_plugin_driver_call_duration_seconds_count{call="Join"} 2`,

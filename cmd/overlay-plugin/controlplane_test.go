@@ -40,6 +40,10 @@ func (f *memFirewall) DisableVNI(v uint32) error {
 }
 func (f *memFirewall) Repair() error { return nil }
 
+func (f *memFirewall) Counters() (encryption.FirewallCounters, error) {
+	return encryption.FirewallCounters{}, nil
+}
+
 // Keep: the fake outlives a "restart", as the kernel's table does.
 func (f *memFirewall) Keep() ([]uint32, error) {
 	f.mu.Lock()

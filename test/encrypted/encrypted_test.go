@@ -941,6 +941,7 @@ func (s *suite) phaseOutsideFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := s.mustStatus(t, h1).Firewall
 	capt, err := startCapture(h2.host.NS, testbed.HostLink, vxlanPort)
 	if err != nil {
 		t.Fatal(err)
@@ -983,6 +984,10 @@ func (s *suite) phaseOutsideFlush(t *testing.T) {
 	}
 	if refused == 0 || guard1-guard0 < uint64(refused) {
 		t.Errorf("h1: %d of %d sends refused, guard counter +%d: the guard did not take the traffic the flush left unprotected", refused, flushes, guard1-guard0)
+	}
+	// Operators see it too: the admin API (and the metrics) report it.
+	if after := s.mustStatus(t, h1).Firewall; after.UnprotectedDropped < before.UnprotectedDropped+uint64(refused) {
+		t.Errorf("h1's encryption status: unprotected drops %d -> %d, want +%d", before.UnprotectedDropped, after.UnprotectedDropped, refused)
 	}
 	// Nothing leaves h1 for c2 in clear (the guard), so an answered ping
 	// means that the plugin has programmed SAs and policies again.
