@@ -159,10 +159,7 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	var enc atomic.Pointer[encryption.Manager]
 	pub := &keyPublisher{db: db, vtep: addr, log: log}
 	if secret != nil {
-		resume, err := keysToResume(db, addr, log)
-		if err != nil {
-			return nil, err
-		}
+		resume := keysToResume(db, addr, log)
 		x, fw, release, err := deps.newEncryption(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("encryption: %w", err)
@@ -247,17 +244,19 @@ func (cp *controlPlane) stopEncryption() {
 
 // keysToResume returns the public keys the previous run published, if it
 // published them for addr: its IPsec state is then this run's to take
-// over.
-func keysToResume(db *bbolt.DB, addr netip.Addr, log *slog.Logger) ([]encryption.PublicKey, error) {
+// over. Otherwise that state is removed, and with it the encrypted
+// sandboxes the driver adopted.
+func keysToResume(db *bbolt.DB, addr netip.Addr, log *slog.Logger) []encryption.PublicKey {
 	vtep, keys, err := loadKeys(db)
-	if err != nil {
-		return nil, err
-	}
-	if keys != nil && vtep != addr {
+	switch {
+	case err != nil:
+		log.Warn("stored public keys unreadable: the previous run's IPsec state cannot be taken over", "err", err)
+		return nil
+	case keys != nil && vtep != addr:
 		log.Warn("this host's address changed since the previous run: its IPsec state cannot be taken over", "was", vtep, "now", addr)
-		return nil, nil
+		return nil
 	}
-	return keys, nil
+	return keys
 }
 
 // newNetlinkEncryption is the real xfrm and nftables side.
