@@ -144,6 +144,18 @@ func vniKey(vni uint32) []byte {
 	return []byte{byte(vni >> 16), byte(vni >> 8), byte(vni)}
 }
 
+// vnisOf decodes the set's elements (vniKey), sorted.
+func vnisOf(elems []nftables.SetElement) []uint32 {
+	var out []uint32
+	for _, e := range elems {
+		if len(e.Key) >= 3 {
+			out = append(out, uint32(e.Key[0])<<16|uint32(e.Key[1])<<8|uint32(e.Key[2]))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (f *Firewall) set() *nftables.Set {
 	kt := nftables.TypeInteger
 	kt.Bytes = 3
@@ -378,10 +390,8 @@ func (f *Firewall) Keep() ([]uint32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("firewall: read the previous run's VNIs: %w", err)
 	}
-	for _, e := range elems {
-		if len(e.Key) >= 3 {
-			f.vnis[uint32(e.Key[0])<<16|uint32(e.Key[1])<<8|uint32(e.Key[2])] = struct{}{}
-		}
+	for _, v := range vnisOf(elems) {
+		f.vnis[v] = struct{}{}
 	}
 	return f.sorted(), nil
 }
@@ -440,12 +450,7 @@ func (f *Firewall) Status() (Status, error) {
 	if err != nil {
 		intact = false
 	}
-	for _, e := range elems {
-		if len(e.Key) >= 3 {
-			st.VNIs = append(st.VNIs, uint32(e.Key[0])<<16|uint32(e.Key[1])<<8|uint32(e.Key[2]))
-		}
-	}
-	slices.Sort(st.VNIs)
+	st.VNIs = vnisOf(elems)
 	if !slices.Equal(st.VNIs, st.Enabled) {
 		intact = false
 	}
