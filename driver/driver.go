@@ -360,13 +360,7 @@ func (d *Driver) settleAdopted(n *network, e Encryption) {
 	}
 	if err == nil {
 		n.guarded = true
-		var errs []error
-		for ip, b := range n.peers.Bindings() {
-			errs = append(errs, d.program(n, peerdb.Change{IP: ip, New: &b}))
-		}
-		if err := errors.Join(errs...); err != nil {
-			d.log.Warn("replaying peers into an adopted encrypted sandbox", "network", n.id, "err", err)
-		}
+		d.replayPeers(n)
 		d.log.Info("adopted encrypted sandbox guarded again", "network", n.id, "vni", n.vni)
 		return
 	}

@@ -277,13 +277,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if cp := d.controlPlane(); cp != nil {
 		d.syncRemotePeers(n, cp.Snapshot(n.id))
 	}
-	var errs []error
-	for ip, b := range n.peers.Bindings() {
-		errs = append(errs, d.program(n, peerdb.Change{IP: ip, New: &b}))
-	}
-	if err := errors.Join(errs...); err != nil {
-		d.log.Warn("replaying peers into new sandbox", "network", n.id, "err", err)
-	}
+	d.replayPeers(n)
 	d.log.Info("created sandbox", "network", n.id, "vni", n.vni, "vtep", local, "mtu", mtu)
 	return nil
 }
@@ -328,6 +322,19 @@ func (d *Driver) teardownSandbox(n *network) error {
 	}
 	d.log.Info("removed sandbox", "network", n.id)
 	return nil
+}
+
+// replayPeers programs every binding the peer db holds into a sandbox that
+// could not take them until now (new, or adopted and guarded again).
+// Caller holds n.mu.
+func (d *Driver) replayPeers(n *network) {
+	var errs []error
+	for ip, b := range n.peers.Bindings() {
+		errs = append(errs, d.program(n, peerdb.Change{IP: ip, New: &b}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		d.log.Warn("replaying peers into the sandbox", "network", n.id, "err", err)
+	}
 }
 
 // apply programs a batch of ownership changes. Caller holds n.mu.
