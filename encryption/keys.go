@@ -155,11 +155,15 @@ func NewKeyring(s Schedule, now time.Time) (*Keyring, error) {
 }
 
 // ResumeKeyring continues the previous run's public generations, whose
-// SAs the kernel still holds, and adds a fresh generation that activates
-// Lead from now, once every peer has had time to install inbound SAs for
-// it. Until then senders keep using the inherited one; it retires on the
-// usual schedule, Grace after its successor activated.
-func ResumeKeyring(s Schedule, now time.Time, inherited []PublicKey) (*Keyring, error) {
+// SAs the kernel still holds, and makes none of its own yet: peers reach a
+// restarted node only when they re-join it, so a generation made now could
+// activate before any of them heard of it, and the first packets sent with
+// it would meet no inbound SA. The Manager starts this run's generation
+// when the first peer's keys arrive, the moment peers get ours, so it
+// activates Lead later as in any rotation; until then senders keep using
+// the inherited ones, which retire on the usual schedule. Should no peer
+// come, Tick starts one when the schedule says one is due.
+func ResumeKeyring(s Schedule, inherited []PublicKey) (*Keyring, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -174,10 +178,13 @@ func ResumeKeyring(s Schedule, now time.Time, inherited []PublicKey) (*Keyring, 
 		pk.Key = bytes.Clone(pk.Key)
 		k.gens = append(k.gens, &generation{pub: pk})
 	}
-	if err := k.add(now, now.Add(s.Lead)); err != nil {
-		return nil, err
-	}
 	return k, nil
+}
+
+// Resuming reports whether every generation is inherited: this run has
+// made none of its own yet.
+func (k *Keyring) Resuming() bool {
+	return !slices.ContainsFunc(k.gens, func(g *generation) bool { return g.priv != nil })
 }
 
 // Inherited reports whether a generation of the previous run is still

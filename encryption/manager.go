@@ -189,7 +189,7 @@ func NewManager(cfg Config) (*Manager, error) {
 // host and another goes. Called by NewManager, before any other goroutine
 // sees m.
 func (m *Manager) takeOver(s Schedule, keys []PublicKey) error {
-	kr, err := ResumeKeyring(s, m.now(), keys)
+	kr, err := ResumeKeyring(s, keys)
 	if err != nil {
 		return err
 	}
@@ -328,9 +328,20 @@ func (m *Manager) SetPeerKeys(vtep netip.Addr, keys []PublicKey) error {
 	} else {
 		m.peerKeys[vtep] = cp
 	}
+	var errRotate error
+	if len(cp) > 0 && m.keyring.Resuming() {
+		// The first peer reached this resumed run and gets our keys in the
+		// same exchange: our own generation starts now, so that it
+		// activates once every peer had Lead to install inbound SAs for
+		// it. No other peer's keys are known yet.
+		if errRotate = m.keyring.ForceRotate(m.now()); errRotate == nil {
+			m.log.Info("a peer reached this resumed run: new key generation", "from", vtep, "activates in", m.keyring.sched.Lead)
+			m.publish(m.keyring.Public())
+		}
+	}
 	err := m.reconcile(vtep)
 	m.prune()
-	return err
+	return errors.Join(errRotate, err)
 }
 
 // Tick advances the key schedule and reprograms every host in use: new

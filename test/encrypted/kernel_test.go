@@ -8,9 +8,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
@@ -251,4 +254,29 @@ func statDelta(a, b map[string]uint64) map[string]uint64 {
 		}
 	}
 	return d
+}
+
+// cutGossip drops the namespace's gossip traffic, both ways, until the
+// returned function (idempotent) removes the rule.
+func cutGossip(bed *testbed.Bed, ns *testbed.Netns) (uncut func() error, err error) {
+	rules := fmt.Sprintf(`table inet test_gossip_cut {
+	chain in { type filter hook input priority -300; tcp dport %[1]d drop; udp dport %[1]d drop; tcp sport %[1]d drop; udp sport %[1]d drop; }
+	chain out { type filter hook output priority -300; tcp dport %[1]d drop; udp dport %[1]d drop; tcp sport %[1]d drop; udp sport %[1]d drop; }
+}
+`, gossipPort)
+	file := filepath.Join(bed.Dir(), "gossip-cut-"+ns.Name+".nft")
+	if err := os.WriteFile(file, []byte(rules), 0o600); err != nil {
+		return nil, err
+	}
+	if _, err := ns.Exec("nft", "-f", file); err != nil {
+		return nil, fmt.Errorf("cut gossip in %s: %w", ns.Name, err)
+	}
+	var (
+		once   sync.Once
+		delErr error
+	)
+	return func() error {
+		once.Do(func() { _, delErr = ns.Exec("nft", "delete", "table", "inet", "test_gossip_cut") })
+		return delErr
+	}, nil
 }
