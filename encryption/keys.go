@@ -45,6 +45,10 @@ type PublicKey struct {
 	// install inbound SAs for it as soon as they learn it, which the lead
 	// between publishing and activation leaves time for.
 	ActivateAt time.Time `json:"activateAt"`
+	// Inherited marks a generation of its owner's previous run: the owner
+	// receives on the SAs that run installed but derives no new ones for
+	// it, so a sender keeps the SA it uses with it (see Manager.reconcile).
+	Inherited bool `json:"inherited,omitempty"`
 }
 
 // Direction names one ESP security association: traffic from Src to Dst,
@@ -242,6 +246,7 @@ func (k *Keyring) Public() []PublicKey {
 	for i, g := range k.gens {
 		out[i] = g.pub
 		out[i].Key = append([]byte(nil), g.pub.Key...)
+		out[i].Inherited = g.priv == nil
 	}
 	return out
 }

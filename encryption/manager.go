@@ -534,6 +534,17 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 		}
 		a, okA := Active(own, now)
 		b, okB := Active(peer, now)
+		if okA && okB && b.Inherited {
+			// The peer restarted and receives with b only on the SAs its
+			// previous run installed, which pair b with our generations
+			// of that time: a newer one of ours would meet no inbound SA.
+			// Keep the SA in use while both ends still have it.
+			if d, ok := r.sas[r.policy]; r.hasPolicy && ok && d.DstGen == b.Gen {
+				if i := slices.IndexFunc(own, func(g PublicKey) bool { return g.Gen == d.SrcGen }); i >= 0 {
+					a = own[i]
+				}
+			}
+		}
 		if okA && okB {
 			sa, err := m.sa(Direction{Src: m.local, Dst: vtep, SrcGen: a.Gen, DstGen: b.Gen}, a.Gen, b.Key)
 			switch {
@@ -666,6 +677,7 @@ type Status struct {
 type PublicKeyInfo struct {
 	Gen        uint64    `json:"gen"`
 	ActivateAt time.Time `json:"activateAt"`
+	Inherited  bool      `json:"inherited,omitempty"`
 }
 
 // RemoteStatus is what is known and programmed towards one host.
@@ -681,7 +693,7 @@ type RemoteStatus struct {
 func infos(keys []PublicKey) []PublicKeyInfo {
 	out := make([]PublicKeyInfo, len(keys))
 	for i, k := range keys {
-		out[i] = PublicKeyInfo{Gen: k.Gen, ActivateAt: k.ActivateAt}
+		out[i] = PublicKeyInfo{Gen: k.Gen, ActivateAt: k.ActivateAt, Inherited: k.Inherited}
 	}
 	return out
 }

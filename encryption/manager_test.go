@@ -607,3 +607,48 @@ func TestResumedRunReachedLate(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerRotatesWhileResuming: a peer's scheduled generation activates
+// while a restarted node still receives on inherited SAs only. The peer
+// keeps the SA it uses until the restarted node's own generation is
+// active: one pairing its new generation with the inherited one would
+// meet no inbound SA.
+func TestPeerRotatesWhileResuming(t *testing.T) {
+	c := &clock{t: t0}
+	a, b := twoHosts(t, c)
+	gossip(t, a, b)
+	old := a.published()
+	a.m.Detach()
+	m, err := NewManager(Config{XFRM: a.x, Firewall: a.fw, Secret: secret, Local: a.addr, Port: 4789,
+		Schedule: testSchedule(), Now: c.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Publish: func(k []PublicKey) { a.mu.Lock(); a.pub = k; a.mu.Unlock() }, Resume: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.m = m
+	if err := m.AddRemote(b.addr); err != nil {
+		t.Fatal(err)
+	}
+	lead := testSchedule().Lead
+	step := func(what string, fn func()) {
+		t.Helper()
+		t.Log(what)
+		fn()
+		for _, h := range []*host{a, b} {
+			if err := h.m.Tick(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkPath(t, a, b)
+		checkPath(t, b, a)
+	}
+	step("b starts a generation while a is cut off", func() {
+		if err := b.m.Rotate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("the peers reach each other", func() { c.add(lead / 2); gossip(t, a, b); gossip(t, a, b) })
+	step("b's generation active, a's not yet", func() { c.add(lead/2 + time.Second) })
+	step("a's generation active", func() { c.add(lead / 2) })
+	step("the old generations retired", func() { c.add(testSchedule().Grace); gossip(t, a, b) })
+}
