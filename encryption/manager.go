@@ -537,13 +537,16 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 		if okA && okB && b.Inherited {
 			// The peer restarted and receives with b only on the SAs its
 			// previous run installed, which pair b with our generations
-			// of that time: a newer one of ours would meet no inbound SA.
-			// Keep the SA in use while both ends still have it.
+			// of that time: any other would meet no inbound SA. Keep the
+			// SA in use while both ends still have it; without one, block
+			// until the peer's own generation activates.
+			kept := false
 			if d, ok := r.sas[r.policy]; r.hasPolicy && ok && d.DstGen == b.Gen {
 				if i := slices.IndexFunc(own, func(g PublicKey) bool { return g.Gen == d.SrcGen }); i >= 0 {
-					a = own[i]
+					a, kept = own[i], true
 				}
 			}
+			okB = kept
 		}
 		if okA && okB {
 			sa, err := m.sa(Direction{Src: m.local, Dst: vtep, SrcGen: a.Gen, DstGen: b.Gen}, a.Gen, b.Key)

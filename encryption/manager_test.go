@@ -652,3 +652,43 @@ func TestPeerRotatesWhileResuming(t *testing.T) {
 	step("a's generation active", func() { c.add(lead / 2) })
 	step("the old generations retired", func() { c.add(testSchedule().Grace); gossip(t, a, b) })
 }
+
+// TestNewPeerOfResumedNodeWaits: a node the resumed run's predecessor
+// never knew cannot reach it on inherited keys; it blocks instead of
+// sending what nobody can decrypt, and both paths work once the resumed
+// run's own generation is active.
+func TestNewPeerOfResumedNodeWaits(t *testing.T) {
+	c := &clock{t: t0}
+	a := newHost(t, "198.51.100.1", c.now)
+	old := a.published()
+	a.m.Detach()
+	m, err := NewManager(Config{XFRM: a.x, Firewall: a.fw, Secret: secret, Local: a.addr, Port: 4789,
+		Schedule: testSchedule(), Now: c.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Publish: func(k []PublicKey) { a.mu.Lock(); a.pub = k; a.mu.Unlock() }, Resume: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.m = m
+	n := newHost(t, "198.51.100.3", c.now)
+	for _, h := range []struct{ from, to *host }{{a, n}, {n, a}} {
+		if err := h.from.m.AddRemote(h.to.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.m.SetPeerKeys(a.addr, a.published()); err != nil {
+		t.Fatal(err)
+	}
+	if pols, _ := n.x.Policies(); len(pols) != 1 || pols[0].SPI != 0 {
+		t.Fatalf("towards a resumed node's inherited keys: policies %+v, want one blocking", pols)
+	}
+	gossip(t, a, n)
+	gossip(t, a, n)
+	c.add(testSchedule().Lead)
+	for _, h := range []*host{a, n} {
+		if err := h.m.Tick(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkPath(t, a, n)
+	checkPath(t, n, a)
+}
