@@ -68,7 +68,20 @@ type Config struct {
 	// over, not removed, so that the encrypted sandboxes kept across the
 	// restart carry traffic throughout (see ResumeKeyring).
 	Resume []PublicKey
+	// Linger is how long the SAs towards a host stay after its last
+	// reference went (default DefaultLinger), so that a reference coming
+	// back (a container restarted on either side) reuses them instead of
+	// installing them again.
+	Linger time.Duration
 }
+
+// DefaultLinger outlasts the gossip that tells a peer our last endpoint
+// went (a broadcast, or at worst a push/pull every 10 s). An outbound SA
+// installed again counts its sequence numbers from 1, and a peer that
+// never saw the reference go kept the inbound SA with its anti-replay
+// window, which drops all of those: within Linger the SA is reused, and a
+// peer that waited longer has dropped its own side too.
+const DefaultLinger = 20 * time.Second
 
 // remote is what is programmed towards one remote host.
 type remote struct {
@@ -77,6 +90,8 @@ type remote struct {
 	// policy is the outbound SPI in the policy; 0 for a blocking policy.
 	policy    uint32
 	hasPolicy bool
+	// idleSince is when the last reference went; zero while referenced.
+	idleSince time.Time
 	// inherited are the SAs, by SPI, and inheritedPolicy says whether the
 	// policy, that the previous run left and this one took over. They are
 	// kept as they are while the key ring holds an inherited generation.
@@ -96,6 +111,7 @@ type Manager struct {
 	publish func([]PublicKey)
 	now     func() time.Time
 	log     *slog.Logger
+	linger  time.Duration
 	// unsupported is why this kernel cannot encrypt; nil if it can.
 	unsupported error
 	// resumed says that the previous run's state was taken over.
@@ -143,9 +159,12 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = DefaultLinger
+	}
 	m := &Manager{
 		xfrm: cfg.XFRM, fw: cfg.Firewall, secret: append([]byte(nil), cfg.Secret...),
-		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger,
+		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger, linger: cfg.Linger,
 		peerKeys: map[netip.Addr][]PublicKey{}, refs: countmap.Map[netip.Addr]{},
 		vnis: countmap.Map[uint32]{}, remotes: map[netip.Addr]*remote{}, derived: map[Direction]SA{},
 	}
@@ -511,12 +530,18 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 	// While an inherited generation lives, what the previous run left
 	// stays: it carries the traffic this run cannot derive keys for.
 	held := m.keyring.Inherited()
+	now := m.now()
+	if m.refs[vtep] > 0 {
+		r.idleSince = time.Time{}
+	} else if r.idleSince.IsZero() {
+		r.idleSince = now
+	}
+	lingering := m.refs[vtep] == 0 && now.Sub(r.idleSince) < m.linger
 	want := map[uint32]SA{}
 	var out SA
 	hasOut := false
 	var errs []error
 	if m.refs[vtep] > 0 {
-		now := m.now()
 		own := m.keyring.Public()
 		peer := m.peerKeys[vtep]
 		for _, pk := range peer {
@@ -582,7 +607,7 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 			if err := m.xfrm.DeletePolicy(m.local, vtep, m.port); err != nil {
 				errs = append(errs, err)
 			} else {
-				r.hasPolicy, r.inheritedPolicy = false, false
+				r.policy, r.hasPolicy, r.inheritedPolicy = 0, false, false
 			}
 		}
 	case hasOut && (!r.hasPolicy || r.policy != out.SPI):
@@ -599,7 +624,7 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 		}
 	}
 	for spi, d := range r.sas {
-		if _, ok := want[spi]; ok || (r.hasPolicy && spi == r.policy) || (held && r.inherited[spi]) {
+		if _, ok := want[spi]; ok || (r.hasPolicy && spi == r.policy) || (held && r.inherited[spi]) || lingering {
 			continue
 		}
 		if err := m.xfrm.DeleteSA(d.Src, d.Dst, spi); err != nil {
@@ -722,7 +747,10 @@ func (m *Manager) Status() Status {
 	for _, v := range slices.SortedFunc(maps.Keys(vteps), netip.Addr.Compare) {
 		rs := RemoteStatus{VTEP: v, Refs: m.refs[v], Generations: infos(m.peerKeys[v])}
 		if r := m.remotes[v]; r != nil {
-			rs.PolicySPI, rs.Blocked, rs.SAs = r.policy, r.hasPolicy && r.policy == 0, len(r.sas)
+			rs.Blocked, rs.SAs = r.hasPolicy && r.policy == 0, len(r.sas)
+			if r.hasPolicy {
+				rs.PolicySPI = r.policy
+			}
 		}
 		st.Remotes = append(st.Remotes, rs)
 	}

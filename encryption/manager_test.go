@@ -78,14 +78,32 @@ type host struct {
 func newHost(t *testing.T, addr string, now func() time.Time) *host {
 	t.Helper()
 	h := &host{x: NewFakeXFRM(), fw: &fakeFirewall{vnis: map[uint32]bool{}}, addr: netip.MustParseAddr(addr)}
+	h.start(t, now, nil)
+	return h
+}
+
+// start runs a new manager on h's kernel, resuming the keys if any.
+func (h *host) start(t *testing.T, now func() time.Time, resume []PublicKey) {
+	t.Helper()
 	m, err := NewManager(Config{XFRM: h.x, Firewall: h.fw, Secret: secret, Local: h.addr, Port: 4789,
 		Schedule: testSchedule(), Now: now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Publish: func(k []PublicKey) { h.mu.Lock(); h.pub = k; h.mu.Unlock() }})
+		Publish: func(k []PublicKey) { h.mu.Lock(); h.pub = k; h.mu.Unlock() }, Resume: resume})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.m = m
-	return h
+}
+
+// restart stops h's manager as the plugin's stop does and starts one that
+// takes its state over, as the next run does.
+func (h *host) restart(t *testing.T, now func() time.Time) {
+	t.Helper()
+	old := h.published()
+	h.m.Detach()
+	h.start(t, now, old)
+	if !h.m.Resumed() {
+		t.Fatal("the new manager did not take over")
+	}
 }
 
 func (h *host) published() []PublicKey { h.mu.Lock(); defer h.mu.Unlock(); return h.pub }
@@ -240,13 +258,58 @@ func TestRefcountsAcrossNetworks(t *testing.T) {
 	if err := a.m.RemoveRemote(b.addr); err != nil {
 		t.Fatal(err)
 	}
-	pols, _ := a.x.Policies()
-	states, _ := a.x.States()
-	if len(pols) != 0 || len(states) != 0 {
-		t.Fatalf("state left after the last reference: %+v %+v", pols, states)
+	if pols, _ := a.x.Policies(); len(pols) != 0 {
+		t.Fatalf("policy left after the last reference: %+v", pols)
 	}
 	if err := a.m.RemoveRemote(b.addr); err != nil { // extra removes are harmless
 		t.Fatal(err)
+	}
+	c.add(DefaultLinger)
+	if err := a.m.Tick(); err != nil {
+		t.Fatal(err)
+	}
+	if states, _ := a.x.States(); len(states) != 0 {
+		t.Fatalf("SAs left %v after the last reference: %+v", DefaultLinger, states)
+	}
+}
+
+// TestReferenceBackWithinLinger: a host's last reference goes and comes
+// back (its only container restarted). The peer may never have seen it go
+// and still holds the inbound SA with its replay window, so the outbound
+// SA is the same instance, its sequence numbers going on, not installed
+// again from 1; the counters the fake keeps per instance tell.
+func TestReferenceBackWithinLinger(t *testing.T) {
+	c := &clock{t: t0}
+	a, b := twoHosts(t, c)
+	gossip(t, a, b)
+	checkPath(t, a, b)
+	pols, _ := a.x.Policies()
+	spi := pols[0].SPI
+	if !a.x.Count(b.addr, spi, 1000, 100000) {
+		t.Fatalf("no outbound SA %#x", spi)
+	}
+	if err := a.m.RemoveRemote(b.addr); err != nil {
+		t.Fatal(err)
+	}
+	if pols, _ := a.x.Policies(); len(pols) != 0 {
+		t.Fatalf("policy left without references: %+v", pols)
+	}
+	st := a.m.Status()
+	if len(st.Remotes) != 1 || st.Remotes[0].Refs != 0 || st.Remotes[0].PolicySPI != 0 || st.Remotes[0].SAs != 2 {
+		t.Fatalf("status without references: %+v; want no policy, the two SAs kept", st.Remotes)
+	}
+	c.add(DefaultLinger - time.Second)
+	if err := a.m.Tick(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.m.AddRemote(b.addr); err != nil {
+		t.Fatal(err)
+	}
+	checkPath(t, a, b)
+	states, _ := a.x.States()
+	i := slices.IndexFunc(states, func(s StateInfo) bool { return s.SPI == spi })
+	if i < 0 || states[i].Packets != 1000 {
+		t.Fatalf("outbound SA %#x after the reference came back: %+v; want the same instance, 1000 packets counted", spi, states)
 	}
 }
 
@@ -465,7 +528,7 @@ func TestConcurrentRotationAndPeers(t *testing.T) {
 // the way the plugin does across `docker plugin disable`/`enable`: the
 // old one detaches, the new one resumes its published keys. At every step
 // each direction has an SA both ends agree on: the inherited ones until
-// a's fresh generation activates, Lead after the restart; Grace later the
+// a's fresh generation activates, Lead after b reached it; Grace later the
 // inherited SAs are gone, and so is the previous run's firewall table,
 // which no encrypted sandbox claimed again.
 func TestResumeTakesOverLosslessly(t *testing.T) {
@@ -485,17 +548,8 @@ func TestResumeTakesOverLosslessly(t *testing.T) {
 	kernel, _ := a.x.States()
 	old := a.published()
 
-	a.m.Detach()
-	m, err := NewManager(Config{XFRM: a.x, Firewall: a.fw, Secret: secret, Local: a.addr, Port: 4789,
-		Schedule: testSchedule(), Now: c.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Publish: func(k []PublicKey) { a.mu.Lock(); a.pub = k; a.mu.Unlock() }, Resume: old})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.m = m
-	if !m.Resumed() {
-		t.Fatal("the new manager did not take over")
-	}
+	a.restart(t, c.now)
+	m := a.m
 	if got, _ := a.x.States(); !slices.EqualFunc(got, kernel, func(x, y StateInfo) bool { return x.SPI == y.SPI }) {
 		t.Fatalf("taking over changed the kernel's SAs: %+v, was %+v", got, kernel)
 	}
@@ -557,15 +611,8 @@ func TestResumedRunReachedLate(t *testing.T) {
 			a, b := twoHosts(t, c)
 			gossip(t, a, b)
 			old := a.published()
-			a.m.Detach()
-			m, err := NewManager(Config{XFRM: a.x, Firewall: a.fw, Secret: secret, Local: a.addr, Port: 4789,
-				Schedule: testSchedule(), Now: c.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				Publish: func(k []PublicKey) { a.mu.Lock(); a.pub = k; a.mu.Unlock() }, Resume: old})
-			if err != nil {
-				t.Fatal(err)
-			}
-			a.m = m
-			if err := m.AddRemote(b.addr); err != nil {
+			a.restart(t, c.now)
+			if err := a.m.AddRemote(b.addr); err != nil {
 				t.Fatal(err)
 			}
 			step := func(what string, deliver func()) {
@@ -617,16 +664,8 @@ func TestPeerRotatesWhileResuming(t *testing.T) {
 	c := &clock{t: t0}
 	a, b := twoHosts(t, c)
 	gossip(t, a, b)
-	old := a.published()
-	a.m.Detach()
-	m, err := NewManager(Config{XFRM: a.x, Firewall: a.fw, Secret: secret, Local: a.addr, Port: 4789,
-		Schedule: testSchedule(), Now: c.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Publish: func(k []PublicKey) { a.mu.Lock(); a.pub = k; a.mu.Unlock() }, Resume: old})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.m = m
-	if err := m.AddRemote(b.addr); err != nil {
+	a.restart(t, c.now)
+	if err := a.m.AddRemote(b.addr); err != nil {
 		t.Fatal(err)
 	}
 	lead := testSchedule().Lead
@@ -660,15 +699,7 @@ func TestPeerRotatesWhileResuming(t *testing.T) {
 func TestNewPeerOfResumedNodeWaits(t *testing.T) {
 	c := &clock{t: t0}
 	a := newHost(t, "198.51.100.1", c.now)
-	old := a.published()
-	a.m.Detach()
-	m, err := NewManager(Config{XFRM: a.x, Firewall: a.fw, Secret: secret, Local: a.addr, Port: 4789,
-		Schedule: testSchedule(), Now: c.now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Publish: func(k []PublicKey) { a.mu.Lock(); a.pub = k; a.mu.Unlock() }, Resume: old})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.m = m
+	a.restart(t, c.now)
 	n := newHost(t, "198.51.100.3", c.now)
 	for _, h := range []struct{ from, to *host }{{a, n}, {n, a}} {
 		if err := h.from.m.AddRemote(h.to.addr); err != nil {

@@ -20,11 +20,14 @@
 //  4. a forced key rotation on every host under continuous sequenced UDP
 //     traffic loses nothing: every sequence number arrives exactly once;
 //  5. the retired generations are gone everywhere: from the key lists,
-//     and no SA or policy uses them (every SPI changed); then h1's plugin
-//     is stopped and started again, as `docker plugin disable`/`enable`
-//     does, under the same streams: the new run takes the IPsec state
-//     over, nothing is lost or sent in clear, and the previous run's SAs
-//     are gone once its generation retires;
+//     and no SA or policy uses them (every SPI changed); h1's only
+//     container leaves and joins again while h2 cannot hear of it, and
+//     still reaches h2 (the outbound SA is reused, numbering on); then
+//     h1's plugin is stopped and started again, as `docker plugin
+//     disable`/`enable` does, under the same streams and cut off from
+//     gossip for longer than Lead: the new run takes the IPsec state over,
+//     nothing is lost or sent in clear, and the previous run's SAs are
+//     gone once its generation retires;
 //  6. Leave, DeleteEndpoint and DeleteNetwork leave no xfrm state, no xfrm
 //     policy of ours and no nftables table on any host.
 //
@@ -320,7 +323,8 @@ func TestEncryptedOverlay(t *testing.T) {
 		{"3b-outside-flush-fails-closed", s.phaseOutsideFlush},
 		{"4-rotation-lossless", s.phaseRotation},
 		{"5-retired-generation-gone", s.phaseRetired},
-		{"5b-restart-keeps-traffic", s.phaseRestart},
+		{"5b-container-back-keeps-sequence", s.phaseContainerBack},
+		{"5c-restart-keeps-traffic", s.phaseRestart},
 		{"6-teardown-clean", s.phaseTeardown},
 	}
 	for _, p := range phases {
@@ -1481,6 +1485,56 @@ func (s *suite) phaseRestart(t *testing.T) {
 	}
 }
 
+// phaseContainerBack: c1, h1's only container on the encrypted network,
+// leaves and joins again while h1 is cut off from gossip, so h2 never sees
+// it go and keeps its inbound SA, with the anti-replay window that has seen
+// h1's sequence numbers so far. h1's sandbox and its references on h2 go
+// and come back: the outbound SA must be the same instance, numbering on.
+// Installed again, it would count from 1, and h2 would drop it all as
+// replays until the next key generation.
+func (s *suite) phaseContainerBack(t *testing.T) {
+	h1 := s.nodes[0]
+	c1, c2 := s.ep("c1"), s.ep("c2")
+	// A generation activating meanwhile would bring fresh SAs and hide a
+	// reinstalled one. (Before the restart phase, which puts h1's
+	// schedule out of step with the others', leaving no such window.)
+	s.quietSchedule(t, 30*time.Second)
+	uncut, err := cutGossip(s.bed, h1.host.NS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uncut()
+	if err := c1.ctr.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h1.plugin.API.Leave(&api.LeaveRequest{NetworkID: c1.net.id, EndpointID: c1.id}); err != nil {
+		t.Fatalf("Leave c1: %v", err)
+	}
+	st := s.mustStatus(t, h1)
+	if r := remoteOf(st, s.nodes[1].host.Underlay); r == nil || r.Refs != 0 || r.PolicySPI != 0 || r.Blocked || r.SAs == 0 {
+		t.Errorf("h1 after c1 left: towards h2 %+v; want no reference and no policy, the SAs kept", r)
+	}
+	join, err := h1.plugin.API.Join(&api.JoinRequest{NetworkID: c1.net.id, EndpointID: c1.id, SandboxKey: c1.ctr.SandboxKey()})
+	if err != nil {
+		t.Fatalf("Join c1 again: %v", err)
+	}
+	c1.join = join
+	if err := c1.ctr.Attach(join, c1.mac, c1.addrs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, pair := range [][2]*endpoint{{c1, c2}, {c2, c1}} {
+		// Seconds, not firstPing: an SA counting from 1 would fail for
+		// as long as h2 has seen packets from h1 on it.
+		if err := pair[0].ctr.PingUntil(pair[1].addr(testbed.IPv4), 10*time.Second); err != nil {
+			stat, _ := s.nodes[1].host.NS.Exec("cat", "/proc/net/xfrm_stat")
+			t.Fatalf("ping %s -> %s after c1 came back, h2 unaware it ever left: %v; h2's xfrm_stat:\n%s", pair[0].name, pair[1].name, err, stat)
+		}
+	}
+	if err := uncut(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // leftovers lists the IPsec and nftables state left on n.
 func (s *suite) leftovers(n *node, checkAPI bool) error {
 	var problems []string
@@ -1565,7 +1619,7 @@ func (s *suite) phaseTeardown(t *testing.T) {
 	}
 	err = s.forNodes(func(n *node) error {
 		var errs []error
-		errs = append(errs, waitFor("no IPsec or firewall state left", 30*time.Second, func() error { return s.leftovers(n, true) }))
+		errs = append(errs, waitFor("no IPsec or firewall state left", 30*time.Second+encryption.DefaultLinger, func() error { return s.leftovers(n, true) }))
 		if nets, err := n.plugin.Admin.Networks(); err != nil || len(nets) != 0 {
 			errs = append(errs, fmt.Errorf("%s: networks %+v, %v; want none", n.name, nets, err))
 		}
