@@ -133,6 +133,11 @@ type Manager struct {
 	// derived caches key material per direction; entries go with their
 	// generations.
 	derived map[Direction]SA
+	// spent are outbound directions whose SA was removed from outside:
+	// installed again, it would number from 1 into the receiver's replay
+	// window. Their traffic is blocked until a newer generation takes
+	// over; entries go with their generations.
+	spent map[Direction]bool
 	lastErr error
 	// inheritedVNIs are the VNIs the previous run's firewall rules cover,
 	// kept so that its sandboxes, if adopted, never go unguarded; those no
@@ -166,7 +171,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		xfrm: cfg.XFRM, fw: cfg.Firewall, secret: append([]byte(nil), cfg.Secret...),
 		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger, linger: cfg.Linger,
 		peerKeys: map[netip.Addr][]PublicKey{}, refs: countmap.Map[netip.Addr]{},
-		vnis: countmap.Map[uint32]{}, remotes: map[netip.Addr]*remote{}, derived: map[Direction]SA{},
+		vnis: countmap.Map[uint32]{}, remotes: map[netip.Addr]*remote{}, derived: map[Direction]SA{}, spent: map[Direction]bool{},
 	}
 	inherited, err := m.fw.Keep()
 	if err != nil {
@@ -408,9 +413,9 @@ func (m *Manager) Tick() error {
 // guard drops the traffic they carried. An inbound SA or a policy comes
 // back as it was. A lost outbound SA cannot: installed again, it would
 // count its sequence numbers from 1, and the receiver's anti-replay
-// window, which has seen those, would drop everything it sends. So it
-// starts a new generation instead, whose fresh SAs take over after Lead.
-// Caller holds mu.
+// window, which has seen those, would drop everything it sends. So it is
+// spent: its traffic is blocked, and a new generation starts, whose fresh
+// SAs take over after Lead. Caller holds mu.
 func (m *Manager) forgetLost() error {
 	states, pols, err := m.installed()
 	if err != nil {
@@ -436,7 +441,9 @@ func (m *Manager) forgetLost() error {
 			if !haveSA[stateKey{d.Dst, spi}] {
 				m.log.Warn("IPsec SA removed from outside: programming it again", "remote", vtep, "sa", d, "spi", spi)
 				delete(r.sas, spi)
-				lostOut = lostOut || d.Src == m.local
+				if d.Src == m.local {
+					m.spent[d], lostOut = true, true
+				}
 			}
 		}
 		if spi, ok := havePolicy[vtep]; r.hasPolicy && (!ok || spi != r.policy) {
@@ -581,6 +588,8 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 				// previous run left does, or traffic waits.
 			case err != nil:
 				errs = append(errs, err)
+			case m.spent[sa.Direction]:
+				// Blocked until the generation forgetLost started.
 			default:
 				want[sa.SPI], out, hasOut = sa, sa, true
 			}
@@ -671,7 +680,8 @@ func (m *Manager) sa(d Direction, own uint64, peerKey []byte) (SA, error) {
 	return sa, nil
 }
 
-// prune forgets derived keys whose generations are gone on either side.
+// prune forgets derived keys and spent directions whose generations are
+// gone on either side.
 func (m *Manager) prune() {
 	own := map[uint64]bool{}
 	for _, g := range m.keyring.Public() {
@@ -686,6 +696,11 @@ func (m *Manager) prune() {
 		if !own[ours] || !slices.ContainsFunc(m.peerKeys[peer], func(k PublicKey) bool { return k.Gen == theirs }) {
 			clear(sa.Key)
 			delete(m.derived, d)
+		}
+	}
+	for d := range m.spent {
+		if !own[d.SrcGen] || !slices.ContainsFunc(m.peerKeys[d.Dst], func(k PublicKey) bool { return k.Gen == d.DstGen }) {
+			delete(m.spent, d)
 		}
 	}
 }

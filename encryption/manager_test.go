@@ -189,9 +189,9 @@ func twoHosts(t *testing.T, c *clock) (a, b *host) {
 
 // TestReprogramsStateLostFromOutside: a policy removed behind the
 // manager's back is back after the next tick, as are inbound SAs; a lost
-// outbound SA starts a new generation, whose fresh SAs take over once it
-// activates (the old one, installed again, would restart its sequence
-// numbers inside the receiver's replay window).
+// outbound SA blocks its traffic and starts a new generation, whose fresh
+// SAs take over once it activates (the old one, installed again, would
+// restart its sequence numbers inside the receiver's replay window).
 func TestReprogramsStateLostFromOutside(t *testing.T) {
 	c := &clock{t: t0}
 	a, b := twoHosts(t, c)
@@ -223,6 +223,9 @@ func TestReprogramsStateLostFromOutside(t *testing.T) {
 	}
 	if n := len(a.published()); n != 2 {
 		t.Fatalf("after its outbound SA was lost, a publishes %d generations, want a new one", n)
+	}
+	if spi := outSPI(); spi != 0 {
+		t.Fatalf("after its outbound SA was lost, a sends with SA %#x; want a blocking policy until the new generation activates", spi)
 	}
 	checkPath(t, b, a) // inbound SAs are back at once
 	gossip(t, a, b)
