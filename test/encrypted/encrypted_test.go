@@ -1502,6 +1502,16 @@ func (s *suite) phaseContainerBack(t *testing.T) {
 	// reinstalled one. (Before the restart phase, which puts h1's
 	// schedule out of step with the others', leaving no such window.)
 	s.quietSchedule(t, 30*time.Second)
+	// h2's replay window must have seen more of the SA's numbers than the
+	// pings below send.
+	if err := sendUDP(c1.ctr.Netns, netip.AddrPortFrom(c2.addr(testbed.IPv4), sinkPort), 500); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range s.mustStatus(t, s.nodes[1]).States {
+		if st.Src == h1.host.Underlay {
+			t.Logf("h2's inbound SA %#x from h1 has counted %d packets", st.SPI, st.Packets)
+		}
+	}
 	uncut, err := cutGossip(s.bed, h1.host.NS)
 	if err != nil {
 		t.Fatal(err)

@@ -597,3 +597,27 @@ func (s *stream) Progress() (sent, echoed int) {
 	defer s.mu.Unlock()
 	return int(s.sent.Load()), len(s.back)
 }
+
+// sendUDP sends count small datagrams from the namespace to dst, which
+// need not listen (an unconnected socket ignores the ICMP errors back).
+func sendUDP(ns *testbed.Netns, dst netip.AddrPort, count int) error {
+	var conn *net.UDPConn
+	if err := ns.Do(func() error {
+		var err error
+		conn, err = net.ListenUDP("udp", nil)
+		return err
+	}); err != nil {
+		return fmt.Errorf("udp socket in %s: %w", ns.Name, err)
+	}
+	defer conn.Close()
+	to := net.UDPAddrFromAddrPort(dst)
+	for i := range count {
+		if _, err := conn.WriteToUDP([]byte("numbering on"), to); err != nil {
+			return fmt.Errorf("send %d of %d to %s from %s: %w", i+1, count, dst, ns.Name, err)
+		}
+		if i%50 == 49 {
+			time.Sleep(10 * time.Millisecond) // not faster than the queues
+		}
+	}
+	return nil
+}
