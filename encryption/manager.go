@@ -68,20 +68,16 @@ type Config struct {
 	// over, not removed, so that the encrypted sandboxes kept across the
 	// restart carry traffic throughout (see ResumeKeyring).
 	Resume []PublicKey
-	// Linger is how long the SAs towards a host stay after its last
-	// reference went (default DefaultLinger), so that a reference coming
-	// back (a container restarted on either side) reuses them instead of
-	// installing them again.
-	Linger time.Duration
 }
 
-// DefaultLinger outlasts the gossip that tells a peer our last endpoint
-// went (a broadcast, or at worst a push/pull every 10 s). An outbound SA
-// installed again counts its sequence numbers from 1, and a peer that
-// never saw the reference go kept the inbound SA with its anti-replay
-// window, which drops all of those: within Linger the SA is reused, and a
-// peer that waited longer has dropped its own side too.
-const DefaultLinger = 20 * time.Second
+// Linger is how long the SAs towards a host stay after its last reference
+// went, so that a reference coming back (a container restarted on either
+// side) reuses them. An outbound SA installed again counts its sequence
+// numbers from 1, and a peer that never saw the reference go kept the
+// inbound SA with its anti-replay window, which drops all of those. Linger
+// outlasts the gossip that tells the peer (a broadcast, or at worst a
+// push/pull every 10 s): a peer that waited longer has dropped its side.
+const Linger = 20 * time.Second
 
 // remote is what is programmed towards one remote host.
 type remote struct {
@@ -111,7 +107,6 @@ type Manager struct {
 	publish func([]PublicKey)
 	now     func() time.Time
 	log     *slog.Logger
-	linger  time.Duration
 	// unsupported is why this kernel cannot encrypt; nil if it can.
 	unsupported error
 	// resumed says that the previous run's state was taken over.
@@ -137,7 +132,7 @@ type Manager struct {
 	// installed again, it would number from 1 into the receiver's replay
 	// window. Their traffic is blocked until a newer generation takes
 	// over; entries go with their generations.
-	spent map[Direction]bool
+	spent   map[Direction]bool
 	lastErr error
 	// inheritedVNIs are the VNIs the previous run's firewall rules cover,
 	// kept so that its sandboxes, if adopted, never go unguarded; those no
@@ -164,12 +159,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Linger <= 0 {
-		cfg.Linger = DefaultLinger
-	}
 	m := &Manager{
 		xfrm: cfg.XFRM, fw: cfg.Firewall, secret: append([]byte(nil), cfg.Secret...),
-		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger, linger: cfg.Linger,
+		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger,
 		peerKeys: map[netip.Addr][]PublicKey{}, refs: countmap.Map[netip.Addr]{},
 		vnis: countmap.Map[uint32]{}, remotes: map[netip.Addr]*remote{}, derived: map[Direction]SA{}, spent: map[Direction]bool{},
 	}
@@ -543,7 +535,7 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 	} else if r.idleSince.IsZero() {
 		r.idleSince = now
 	}
-	lingering := m.refs[vtep] == 0 && now.Sub(r.idleSince) < m.linger
+	lingering := m.refs[vtep] == 0 && now.Sub(r.idleSince) < Linger
 	want := map[uint32]SA{}
 	var out SA
 	hasOut := false

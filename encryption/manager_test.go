@@ -267,12 +267,12 @@ func TestRefcountsAcrossNetworks(t *testing.T) {
 	if err := a.m.RemoveRemote(b.addr); err != nil { // extra removes are harmless
 		t.Fatal(err)
 	}
-	c.add(DefaultLinger)
+	c.add(Linger)
 	if err := a.m.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	if states, _ := a.x.States(); len(states) != 0 {
-		t.Fatalf("SAs left %v after the last reference: %+v", DefaultLinger, states)
+		t.Fatalf("SAs left %v after the last reference: %+v", Linger, states)
 	}
 }
 
@@ -301,7 +301,7 @@ func TestReferenceBackWithinLinger(t *testing.T) {
 	if len(st.Remotes) != 1 || st.Remotes[0].Refs != 0 || st.Remotes[0].PolicySPI != 0 || st.Remotes[0].SAs != 2 {
 		t.Fatalf("status without references: %+v; want no policy, the two SAs kept", st.Remotes)
 	}
-	c.add(DefaultLinger - time.Second)
+	c.add(Linger - time.Second)
 	if err := a.m.Tick(); err != nil {
 		t.Fatal(err)
 	}

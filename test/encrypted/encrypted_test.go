@@ -1632,7 +1632,7 @@ func (s *suite) phaseTeardown(t *testing.T) {
 	}
 	err = s.forNodes(func(n *node) error {
 		var errs []error
-		errs = append(errs, waitFor("no IPsec or firewall state left", 30*time.Second+encryption.DefaultLinger, func() error { return s.leftovers(n, true) }))
+		errs = append(errs, waitFor("no IPsec or firewall state left", 30*time.Second+encryption.Linger, func() error { return s.leftovers(n, true) }))
 		if nets, err := n.plugin.Admin.Networks(); err != nil || len(nets) != 0 {
 			errs = append(errs, fmt.Errorf("%s: networks %+v, %v; want none", n.name, nets, err))
 		}
