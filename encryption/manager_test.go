@@ -122,6 +122,16 @@ func gossip(t *testing.T, hosts ...*host) {
 	}
 }
 
+// tick advances every host's manager to the clock's time.
+func tick(t *testing.T, hosts ...*host) {
+	t.Helper()
+	for _, h := range hosts {
+		if err := h.m.Tick(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // checkPath verifies that traffic from a to b would be encrypted with an SA
 // b can decrypt: a's policy names an SA a holds, and b holds the same SPI
 // with the same key.
@@ -230,11 +240,7 @@ func TestReprogramsStateLostFromOutside(t *testing.T) {
 	checkPath(t, b, a) // inbound SAs are back at once
 	gossip(t, a, b)
 	c.add(testSchedule().Lead)
-	for _, h := range []*host{a, b} {
-		if err := h.m.Tick(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tick(t, a, b)
 	checkPath(t, a, b)
 	checkPath(t, b, a)
 	if outSPI() == before {
@@ -574,22 +580,14 @@ func TestResumeTakesOverLosslessly(t *testing.T) {
 	}
 
 	c.add(testSchedule().Lead)
-	for _, h := range []*host{a, b} {
-		if err := h.m.Tick(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tick(t, a, b)
 	both("the new generation active")
 	if a.fw.vnis[256] != true {
 		t.Fatal("the previous run's firewall table went while its generation lives")
 	}
 
 	c.add(testSchedule().Grace)
-	for _, h := range []*host{a, b} {
-		if err := h.m.Tick(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tick(t, a, b)
 	gossip(t, a, b)
 	both("the inherited generation retired")
 	now, _ := a.x.States()
@@ -625,14 +623,7 @@ func TestResumedRunReachedLate(t *testing.T) {
 				checkPath(t, a, b)
 				checkPath(t, b, a)
 			}
-			tick := func() {
-				for _, h := range []*host{a, b} {
-					if err := h.m.Tick(); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			step("cut off for longer than Lead", func() { c.add(testSchedule().Lead + time.Second); tick() })
+			step("cut off for longer than Lead", func() { c.add(testSchedule().Lead + time.Second); tick(t, a, b) })
 			deliver := func(to, from *host) func() {
 				return func() {
 					if err := to.m.SetPeerKeys(from.addr, from.published()); err != nil {
@@ -649,8 +640,8 @@ func TestResumedRunReachedLate(t *testing.T) {
 				step("then the other way", toA)
 				step("the new generation follows", toB)
 			}
-			step("the new generation active", func() { c.add(testSchedule().Lead); tick() })
-			step("the inherited one retired", func() { c.add(testSchedule().Grace); tick(); gossip(t, a, b) })
+			step("the new generation active", func() { c.add(testSchedule().Lead); tick(t, a, b) })
+			step("the inherited one retired", func() { c.add(testSchedule().Grace); tick(t, a, b); gossip(t, a, b) })
 			if pub := a.published(); len(pub) != 1 || pub[0].Gen == old[len(old)-1].Gen {
 				t.Fatalf("a's generations at the end %+v; want only this run's", pub)
 			}
@@ -676,11 +667,7 @@ func TestPeerRotatesWhileResuming(t *testing.T) {
 		t.Helper()
 		t.Log(what)
 		fn()
-		for _, h := range []*host{a, b} {
-			if err := h.m.Tick(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		tick(t, a, b)
 		checkPath(t, a, b)
 		checkPath(t, b, a)
 	}
@@ -718,11 +705,7 @@ func TestNewPeerOfResumedNodeWaits(t *testing.T) {
 	gossip(t, a, n)
 	gossip(t, a, n)
 	c.add(testSchedule().Lead)
-	for _, h := range []*host{a, n} {
-		if err := h.m.Tick(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tick(t, a, n)
 	checkPath(t, a, n)
 	checkPath(t, n, a)
 }
