@@ -6,7 +6,8 @@
 # statically:
 #   CGO_ENABLED=0 GOEXPERIMENT=runtimesecret go test -c -o build/vm/encryption.test ./encryption
 # Prints, for each binary, `VM-TEST: PASS NAME (SECONDS)` or
-# `VM-TEST: FAIL NAME (exit STATUS, SECONDS)`, then one summary line,
+# `VM-TEST: FAIL NAME (exit STATUS, SECONDS)` (after the last lines of each
+# failed test again: scripts/vm/fail-summary.awk), then one summary line,
 # `VM-TESTS: PASS (N binaries)` or `VM-TESTS: FAIL (K of N failed: NAMES)`, then
 # run.sh's `VM: PASS` / `VM: FAIL (...)`. Exits 0 only if every binary passed.
 # Unless the flags set -test.timeout, each binary gets what is left of the VM's
@@ -52,8 +53,12 @@ if [[ ${1:-} == --in-guest ]]; then
 		fi
 		echo "=== VM-TEST: RUN $name ${args[*]}"
 		t0=$(awk '{print $1}' /proc/uptime)
-		rc=0
-		"$bin" "${args[@]}" || rc=$?
+		out=/tmp/$name.out
+		set +e
+		"$bin" "${args[@]}" 2>&1 | tee "$out"
+		rc=${PIPESTATUS[0]}
+		set -e
+		((rc == 0)) || awk -f "$VM_DIR/fail-summary.awk" "$out"
 		took=$(awk -v a="$t0" '{printf "%.1fs", $1-a}' /proc/uptime)
 		if ((rc == 0)); then
 			echo "VM-TEST: PASS $name ($took)"
