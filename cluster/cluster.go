@@ -61,6 +61,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -152,7 +153,7 @@ type Cluster struct {
 	port     int           // gossip port, for hints and seeds without one
 	selfAddr string        // own gossip host:port
 	leaveTO  time.Duration // bound on the graceful leave in Close
-	metaTO   time.Duration // how long metaLoop waits for a meta broadcast
+	metaTO   time.Duration // how long metaLoop waits for a meta broadcast, and between retries
 	sweepInt time.Duration
 	rejoin   time.Duration
 	// meta is the memberlist node meta: VTEP, start epoch and node data.
@@ -172,6 +173,9 @@ type Cluster struct {
 	mu    sync.Mutex
 	st    *state
 	cands map[string]*candidate
+	// ownMeta is the meta memberlist holds for this node, as its events
+	// report it: metaLoop checks that an update took.
+	ownMeta []byte
 	// comebacks are the addresses of members that came back from gone,
 	// for a push/pull by the rejoin goroutine.
 	comebacks map[string]bool
@@ -306,8 +310,9 @@ func New(cfg Config) (*Cluster, error) {
 		RetransmitMult: mc.RetransmitMult,
 	}
 	c.leaveTO = min(max(10*mc.GossipInterval, 100*time.Millisecond), 3*time.Second)
-	// A broadcast is done after a few gossip rounds.
-	c.metaTO = max(10*mc.GossipInterval, time.Second)
+	// Nothing waits for the meta broadcast to go out (a push/pull follows
+	// it), but a dropped update shows only as this timeout.
+	c.metaTO = max(2*mc.GossipInterval, 20*time.Millisecond)
 
 	for _, s := range cfg.Join {
 		if s == "" {
@@ -388,11 +393,41 @@ func (c *Cluster) metaLoop() {
 			return
 		case <-c.metaCh:
 		}
-		if err := c.ml.UpdateNode(c.metaTO); err != nil {
-			c.log.Debug("node data broadcast", "err", err)
+		for attempt := 1; !c.updateMeta(attempt); attempt++ {
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(c.metaTO):
+			}
 		}
 		c.pushMeta()
 	}
+}
+
+// updateMeta has memberlist take the current meta as this node's and
+// gossip it, and reports whether it did. It may not: UpdateNode numbers
+// its alive message before it takes memberlist's node lock, and a refute
+// in between (a push/pull saying that we are suspect or dead) raises our
+// incarnation past that number, so the message is dropped without a word
+// and the old meta stays, which every later push/pull spreads. A restart
+// sets this up: the first push/pull from a peer both makes us refute and
+// brings the peers' keys, whose arrival starts our new key generation. In
+// the VM that left the new keys unknown to every peer for 19 s, past the
+// generation's activation.
+func (c *Cluster) updateMeta(attempt int) bool {
+	want := *c.meta.Load()
+	err := c.ml.UpdateNode(c.metaTO)
+	c.mu.Lock()
+	took := bytes.Equal(c.ownMeta, want)
+	c.mu.Unlock()
+	if !took {
+		level := slog.LevelDebug
+		if attempt == 1 {
+			level = slog.LevelInfo
+		}
+		c.log.Log(context.Background(), level, "memberlist dropped the node data update: trying again", "attempt", attempt, "err", err)
+	}
+	return took
 }
 
 // pushMeta does a push/pull with up to metaPushFanout random alive members.

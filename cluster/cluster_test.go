@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -621,4 +623,47 @@ func TestNodeData(t *testing.T) {
 	}
 	nodes[2].crash()
 	eventually(t, 10*time.Second, "node data gone after grace", want(""))
+}
+
+// dropOwnUpdate is a memberlist AliveDelegate that drops, once, the alive
+// message carrying node's own meta with data in it: what memberlist does
+// when a refute overtakes UpdateNode.
+type dropOwnUpdate struct {
+	node    string
+	data    []byte
+	dropped atomic.Bool
+}
+
+func (d *dropOwnUpdate) NotifyAlive(n *memberlist.Node) error {
+	if n.Name == d.node && bytes.HasSuffix(n.Meta, d.data) && d.dropped.CompareAndSwap(false, true) {
+		return errors.New("dropped by the test")
+	}
+	return nil
+}
+
+// TestNodeDataUpdateDropped: memberlist drops an update of our own meta
+// without a word when a refute raises our incarnation past it; the node
+// data must still spread at once, not wait for a later change.
+func TestNodeDataUpdateDropped(t *testing.T) {
+	h := newHarness(t)
+	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour }
+	nodes := []*tnode{h.start(1), h.start(2, 1)}
+	drop := &dropOwnUpdate{node: "n3", data: []byte("keys-1")}
+	h.tweak = func(c *memberlist.Config) { fastTimers(c); c.PushPullInterval = time.Hour; c.Alive = drop }
+	nodes = append(nodes, h.start(3, 1))
+	waitMembers(t, nodes, 3)
+	if err := nodes[2].c.SetNodeData([]byte("keys-1")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "node data spread after a dropped update", func() error {
+		for _, n := range nodes[:2] {
+			if got, _ := n.sink.getData(nodes[2].ip); string(got) != "keys-1" {
+				return fmt.Errorf("%s has %q", n.name, got)
+			}
+		}
+		return nil
+	})
+	if !drop.dropped.Load() {
+		t.Fatal("the update was never dropped: the test proves nothing")
+	}
 }

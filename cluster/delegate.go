@@ -122,6 +122,9 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	meta := bytes.Clone(n.Meta)
 	now := c.clock()
 	c.mu.Lock()
+	if n.Name == c.name {
+		c.ownMeta = meta
+	}
 	back := c.st.memberUp(n.Name, addr, meta, now)
 	c.flushLocked()
 	if back && addr.IsValid() {
