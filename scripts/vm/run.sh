@@ -105,7 +105,8 @@ qemu=(qemu-system-x86_64
 	-serial "file:$(esc "$console")"
 	-fw_cfg "name=etc/sercon-port,file=$(esc "$rundir/sercon-port")"
 	-kernel "$kernel" -initrd "$initrd"
-	-append "console=ttyS0 quiet panic=-1 vminit=$guest_init"
+	# Not quiet: a lockup's backtraces (KERN_WARNING) must reach the console.
+	-append "console=ttyS0 loglevel=6 softlockup_all_cpu_backtrace=1 panic=-1 vminit=$guest_init"
 	-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap
 	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot
 	-fsdev "local,id=hostshare,path=$(esc "$share"),security_model=none,multidevs=remap"
