@@ -13,6 +13,7 @@ import (
 // read: the previous release's nodes, and the keys it stored for a resume.
 const (
 	wireVersion   = 2
+	wireV1        = 1
 	wireV1KeyLen  = 8 + 32 + 8
 	wireKeyLen    = wireV1KeyLen + 1
 	flagInherited = 1 << 0
@@ -47,11 +48,11 @@ func EncodePublicKeys(keys []PublicKey) ([]byte, error) {
 // DecodePublicKeys parses what EncodePublicKeys made; anything else from
 // the network is an error, never a panic.
 func DecodePublicKeys(b []byte) ([]PublicKey, error) {
-	if len(b) < 1 || (b[0] != wireVersion && b[0] != 1) {
+	if len(b) < 1 || (b[0] != wireVersion && b[0] != wireV1) {
 		return nil, errors.New("public keys: unknown format")
 	}
 	size := wireKeyLen
-	if b[0] == 1 {
+	if b[0] == wireV1 {
 		size = wireV1KeyLen
 	}
 	b = b[1:]

@@ -39,7 +39,7 @@ func TestPublicKeysRoundTrip(t *testing.T) {
 // TestPublicKeysVersion1: the previous format, without flags, as the
 // previous release publishes and stored its keys, still reads.
 func TestPublicKeysVersion1(t *testing.T) {
-	b := []byte{1}
+	b := []byte{wireV1}
 	b = binary.BigEndian.AppendUint64(b, 42)
 	b = append(b, bytes.Repeat([]byte{7}, 32)...)
 	b = binary.BigEndian.AppendUint64(b, uint64(t0.UnixNano()))
@@ -56,8 +56,8 @@ func TestPublicKeysVersion1(t *testing.T) {
 }
 
 func FuzzDecodePublicKeys(f *testing.F) {
-	f.Add([]byte{1})
-	f.Add(append([]byte{1}, make([]byte, wireV1KeyLen)...))
+	f.Add([]byte{wireV1})
+	f.Add(append([]byte{wireV1}, make([]byte, wireV1KeyLen)...))
 	f.Add(append([]byte{wireVersion}, make([]byte, wireKeyLen)...))
 	f.Add([]byte{2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
