@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,9 +129,9 @@ type PluginConfig struct {
 	// StartTimeout bounds the wait for the sockets and /healthz.
 	StartTimeout time.Duration
 	// OnSocket, if set, is called once as soon as the Docker API socket
-	// exists, before /healthz is awaited: dockerd calls a plugin the moment
-	// its socket appears (calls made before the plugin is ready wait for
-	// it). An error fails StartPlugin.
+	// accepts a connection, before /healthz is awaited: dockerd dials a
+	// plugin's socket until it answers and calls it at once (calls made
+	// before the plugin is ready wait for it). An error fails StartPlugin.
 	OnSocket func(*Plugin) error
 }
 
@@ -271,13 +272,11 @@ func (p *Plugin) waitReady(timeout time.Duration, onSocket func(*Plugin) error) 
 			return fmt.Errorf("exited during start-up: %s", exitText(p.waitErr))
 		default:
 		}
-		if onSocket != nil {
-			if st, err := os.Stat(p.Socket); err == nil && st.Mode()&os.ModeSocket != 0 {
-				f := onSocket
-				onSocket = nil
-				if err := f(p); err != nil {
-					return fmt.Errorf("OnSocket: %w", err)
-				}
+		if onSocket != nil && p.accepting() {
+			f := onSocket
+			onSocket = nil
+			if err := f(p); err != nil {
+				return fmt.Errorf("OnSocket: %w", err)
 			}
 		}
 		last = p.readyOnce()
@@ -293,6 +292,18 @@ func (p *Plugin) waitReady(timeout time.Duration, onSocket func(*Plugin) error) 
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+}
+
+// accepting reports whether the Docker API socket takes a connection. The
+// socket file exists from bind(2), a moment before listen(2): a connect in
+// between is refused.
+func (p *Plugin) accepting() bool {
+	c, err := net.DialTimeout("unix", p.Socket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 func (p *Plugin) readyOnce() error {

@@ -204,7 +204,8 @@ func TestRunError(t *testing.T) {
 // fakePlugin stands in for `overlay-plugin serve` (the test binary re-run
 // with TESTBED_FAKE_PLUGIN set): it serves GetCapabilities and /healthz on
 // the sockets of its flags and, on SIGTERM, exits 0 ("normal"), exits 1
-// ("exit1"), or ignores it ("ignore-term").
+// ("exit1"), or ignores it ("ignore-term"). "listen-late" is "normal" with
+// the Docker socket's file created well before it accepts.
 func fakePlugin(mode string) int {
 	if len(os.Args) < 2 || os.Args[1] != "serve" {
 		fmt.Fprintln(os.Stderr, "fake plugin: want serve")
@@ -238,7 +239,11 @@ func fakePlugin(mode string) int {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	mux.HandleFunc("/v1/networks", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("[]")) })
 	for _, path := range []string{*sock, *admin} {
-		l, err := net.Listen("unix", path)
+		listen := net.Listen
+		if mode == "listen-late" && path == *sock {
+			listen = bindThenListen
+		}
+		l, err := listen("unix", path)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fake plugin:", err)
 			return 1
@@ -253,6 +258,25 @@ func fakePlugin(mode string) int {
 		return 1
 	}
 	return 0
+}
+
+// bindThenListen is net.Listen for a unix socket with the gap between
+// bind(2), which creates the file, and listen(2) widened to 300ms.
+func bindThenListen(_, path string) (net.Listener, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		return nil, err
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := syscall.Listen(fd, 16); err != nil {
+		return nil, err
+	}
+	return net.FileListener(f)
 }
 
 // TestPluginLifecycle checks StartPlugin, the clients, Stop and Kill on a
@@ -278,9 +302,10 @@ func TestPluginLifecycle(t *testing.T) {
 		return p
 	}
 
-	// OnSocket runs once, as soon as the Docker socket exists.
+	// OnSocket runs once, as soon as the Docker socket accepts, not when
+	// its file appears.
 	var onSocket int
-	p, err := h.StartPlugin(PluginConfig{Bin: self, Env: []string{"TESTBED_FAKE_PLUGIN=normal"},
+	p, err := h.StartPlugin(PluginConfig{Bin: self, Env: []string{"TESTBED_FAKE_PLUGIN=listen-late"},
 		OnSocket: func(p *Plugin) error {
 			onSocket++
 			_, err := p.API.Capabilities()

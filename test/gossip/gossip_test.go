@@ -238,16 +238,6 @@ func newCluster(t *testing.T, o options) *gcluster {
 			// in the plugin until its driver is ready.
 			cfg.OnSocket = func(p *testbed.Plugin) error {
 				n.plugin = p
-				// The socket file exists a moment before it accepts;
-				// dockerd retries too.
-				deadline := time.Now().Add(5 * time.Second)
-				for {
-					_, err := p.API.Capabilities()
-					if err == nil || time.Now().After(deadline) {
-						break
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
 				return c.enableErr(n)
 			}
 		}
