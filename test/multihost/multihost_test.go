@@ -584,5 +584,21 @@ func TestRestartResumesState(t *testing.T) {
 			t.Fatalf("%s: restarted plugin lists %+v %v, want the network with its endpoint, unjoined (its sandbox is gone)", n.host.Name, nets, err)
 		}
 	}
+	// The lost sandbox takes the container's interface with it: the veth
+	// pair goes when the kernel frees the namespace, which it does in the
+	// background, so the interface may still be there for a moment.
+	for _, n := range c.nodes {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			links, err := n.ctr.Links()
+			if err == nil && len(links) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the container still has %v (%v) 10s after its sandbox was lost", n.host.Name, links, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	c.teardown(t)
 }
