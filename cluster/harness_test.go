@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,12 +152,52 @@ type harness struct {
 	grace, rejoin time.Duration
 	key           []byte
 	tweak         func(*memberlist.Config)
+	logs          *logBuf
 }
 
+// failLogLines is how much of the nodes' debug log a failed test prints.
+const failLogLines = 400
+
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, net: memnet.New(), nodes: map[string]*tnode{}, grace: 10 * time.Second, rejoin: 200 * time.Millisecond, tweak: fastTimers}
+	h := &harness{t: t, net: memnet.New(), nodes: map[string]*tnode{}, grace: 10 * time.Second, rejoin: 200 * time.Millisecond, tweak: fastTimers, logs: &logBuf{}}
+	// Cleanups run last first: the log is printed after the nodes closed.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the nodes' debug log, last %d lines:\n%s", failLogLines, h.logs.tail(failLogLines))
+		}
+	})
 	t.Cleanup(h.closeAll)
 	return h
+}
+
+// logger is testLogger when CLUSTER_TEST_LOG asks for the log on stderr,
+// else a debug log into h.logs, printed if the test fails.
+func (h *harness) logger() *slog.Logger {
+	if os.Getenv("CLUSTER_TEST_LOG") != "" {
+		return testLogger()
+	}
+	return slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// logBuf collects the log of a test's nodes. memberlist's goroutines may
+// log after the test ends, so it cannot be t.Log.
+type logBuf struct {
+	mu sync.Mutex // guards b; a leaf lock
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// tail returns the last n lines.
+func (l *logBuf) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := strings.SplitAfter(l.b.String(), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "")
 }
 
 const gossipPort = 7946
@@ -193,7 +237,7 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		MemberlistConfig: h.tweak,
 		Sink:             sink,
 		NodeData:         sink.nodeData,
-		Logger:           testLogger(),
+		Logger:           h.logger(),
 	})
 	if err != nil {
 		tr.Shutdown()
