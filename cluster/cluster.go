@@ -1,7 +1,16 @@
 // Package cluster is the plugin's own control plane: the instances of the
 // plugin on every host find each other with hashicorp/memberlist and
-// replicate the table of endpoints (network, endpoint → IPs, MAC, VTEP) by
-// gossip, because Docker gives a network plugin no peer table.
+// replicate the table of endpoints (network, endpoint → IPs, MAC, VTEP),
+// because Docker gives a network plugin no peer table.
+//
+// # Scope
+//
+// Like Docker's NetworkDB, the table is scoped per network: a node keeps
+// and receives the endpoint records of the networks it has (NetworkAdded,
+// NetworkRemoved; Publish implies the network), nothing else. What every
+// node keeps is who has which network: a membership record per (node,
+// network), under the same rules as endpoint records. A node that leaves
+// a network takes its records there with it.
 //
 // # Table and versions
 //
@@ -32,14 +41,20 @@
 //
 // # Dissemination
 //
-// Changes are broadcast one record per message through a
-// memberlist.TransmitLimitedQueue (a newer message for the same endpoint
-// replaces a queued older one) and relayed once by every node that accepts
-// them, which makes them epidemic; push/pull exchanges the whole table
-// (live records and tombstones) as anti-entropy. Nodes that fail or leave
-// keep their records for DeadGrace, then every node drops them locally.
-// Every RejoinInterval the node re-joins seeds, Docker's node hints and
-// former members that are not alive, which heals partitions and restarts.
+// An owner pushes its changed records straight to every alive member of
+// their network, batched per member, over memberlist's reliable channel
+// (push.go); a node new in a network (or back with a new incarnation) is
+// pushed all of the owner's records there. Nothing is relayed, and record
+// traffic never waits in memberlist's packet queue behind failure
+// detection. Anti-entropy compares per-network digests with one random
+// member per network every SyncInterval and ships only the records of the
+// owners that differ (sync.go). Memberships are broadcast through a
+// memberlist.TransmitLimitedQueue, relayed once by every node that
+// accepts them, pushed to the network's members, and carried by
+// memberlist's push/pull. Nodes that fail or leave keep their records for
+// DeadGrace, then every node drops them locally. Every RejoinInterval the
+// node re-joins seeds, Docker's node hints and former members that are not
+// alive, which heals partitions and restarts.
 //
 // # Delivery
 //
@@ -52,12 +67,13 @@
 // # Locks
 //
 // Cluster.mu is the only lock of this package. It sits below the driver's
-// network.mu (Publish, Retract and Snapshot are called with one held) and
-// below memberlist's internal node lock (memberlist calls its event
-// delegate with that held). Above it nothing; below it only the broadcast
-// queue's internal lock, a leaf. With mu held the package never calls the
-// Sink, never calls a memberlist.Memberlist method and never blocks on a
-// channel.
+// network.mu (Publish, Retract, Snapshot, NetworkAdded and NetworkRemoved
+// are called with one held) and below memberlist's internal node lock
+// (memberlist calls its event delegate with that held). Above it nothing;
+// below it only the broadcast queue's internal lock, a leaf. With mu held
+// the package never calls the Sink, never calls a memberlist.Memberlist
+// method and never blocks on a channel; the push workers wait on a
+// condition variable of mu, and send with it released.
 package cluster
 
 import (
@@ -106,6 +122,7 @@ type Config struct {
 	DeadGrace      time.Duration // how long a gone node's records survive (default 30s)
 	TombstoneTTL   time.Duration // how long delete tombstones are kept (default 10m)
 	RejoinInterval time.Duration // how often to re-join known addresses that are not alive (default 10s)
+	SyncInterval   time.Duration // how often each network's digest goes to one of its members (default 1s)
 	// Transport is nil for memberlist's UDP+TCP transport; tests pass
 	// in-memory transports (memberlist.MockNetwork, or cluster/memnet).
 	Transport memberlist.Transport
@@ -131,6 +148,7 @@ const (
 	DefaultDeadGrace      = 30 * time.Second
 	DefaultTombstoneTTL   = 10 * time.Minute
 	DefaultRejoinInterval = 10 * time.Second
+	DefaultSyncInterval   = time.Second
 	// maxBroadcastQueue bounds queued broadcasts; anti-entropy repairs what
 	// pruning drops.
 	maxBroadcastQueue = 8192
@@ -156,6 +174,7 @@ type Cluster struct {
 	metaTO   time.Duration // how long metaLoop waits for a meta broadcast, and between retries
 	sweepInt time.Duration
 	rejoin   time.Duration
+	syncInt  time.Duration
 	// meta is the memberlist node meta: VTEP, start epoch and node data.
 	// Atomic: memberlist reads it under its own locks.
 	meta     atomic.Pointer[[]byte]
@@ -166,7 +185,8 @@ type Cluster struct {
 	queue    *memberlist.TransmitLimitedQueue
 
 	// mu guards st (records, members, pending records, the dirty set and
-	// this node's version clock), cands and comebacks. Lock order: below the driver's
+	// this node's version clock), cands, comebacks, the outboxes and
+	// their counters, and syncNow. Lock order: below the driver's
 	// network.mu and memberlist's node lock; only the broadcast queue's
 	// internal (leaf) lock is taken under it. Never call the Sink or a
 	// memberlist.Memberlist method, nor block, while holding it.
@@ -179,6 +199,18 @@ type Cluster struct {
 	// comebacks are the addresses of members that came back from gone,
 	// for a push/pull by the rejoin goroutine.
 	comebacks map[string]bool
+	// The pushes (push.go): an outbox per member with something due,
+	// those gathering over pushDelay (waiting), those due to a worker
+	// (ready); pushCond wakes the workers.
+	outboxes   map[string]*outbox
+	waiting    []*outbox
+	ready      []*outbox
+	flushArmed bool
+	pushCond   *sync.Cond
+	// syncNow lists networks just joined, for an immediate digest exchange.
+	syncNow                             []string
+	pushesSent, pushErrors, pushDropped uint64
+	syncsOut, syncsIn                   uint64
 
 	numAlive                     atomic.Int64 // alive members incl. self; read by the queue
 	bytesIn, bytesOut            atomic.Uint64
@@ -190,6 +222,7 @@ type Cluster struct {
 	deliverCh chan struct{} // 1-buffered wake-ups of the delivery goroutine
 	metaCh    chan struct{} // 1-buffered wake-ups of the meta gossip goroutine
 	joinCh    chan struct{} // 1-buffered wake-ups of the rejoin goroutine
+	syncCh    chan struct{} // 1-buffered wake-ups of the anti-entropy goroutine
 	stop      chan struct{}
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -239,6 +272,9 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.RejoinInterval <= 0 {
 		cfg.RejoinInterval = DefaultRejoinInterval
 	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = DefaultSyncInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -263,14 +299,18 @@ func New(cfg Config) (*Cluster, error) {
 		clock:     cfg.Clock,
 		sink:      cfg.Sink,
 		rejoin:    cfg.RejoinInterval,
+		syncInt:   cfg.SyncInterval,
 		cands:     map[string]*candidate{},
 		comebacks: map[string]bool{},
+		outboxes:  map[string]*outbox{},
+		syncCh:    make(chan struct{}, 1),
 		deliverCh: make(chan struct{}, 1),
 		metaCh:    make(chan struct{}, 1),
 		joinCh:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
 	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
+	c.pushCond = sync.NewCond(&c.mu)
 	c.st = newState(cfg.NodeName, adv, epoch, cfg.DeadGrace, cfg.TombstoneTTL, lg)
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)
@@ -340,11 +380,15 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.mu.Unlock()
 
-	c.wg.Add(4)
+	c.wg.Add(5 + pushWorkers)
 	go c.deliverLoop()
 	go c.sweepLoop()
 	go c.rejoinLoop()
 	go c.metaLoop()
+	go c.syncLoop()
+	for range pushWorkers {
+		go c.pushWorker()
+	}
 	lg.Info("gossip started", "addr", c.selfAddr, "vtep", adv, "epoch", epoch, "seeds", len(cfg.Join), "encrypted", cfg.SecretKey != nil)
 	return c, nil
 }
@@ -459,17 +503,26 @@ const MaxNodeData = memberlist.MetaMaxSize - 2 - 16 - 8
 // stops the goroutines and shuts memberlist down. No Sink call is made once
 // it returns. Idempotent.
 func (c *Cluster) Close() error {
-	c.closeOnce.Do(func() {
-		c.closed.Store(true)
-		close(c.stop)
+	c.closeOnce.Do(func() { c.shutdown(true) })
+	return c.closeErr
+}
+
+// shutdown stops the goroutines and memberlist, after a graceful leave if
+// leave is set (a crash has none).
+func (c *Cluster) shutdown(leave bool) {
+	c.mu.Lock()
+	c.closed.Store(true)
+	c.pushCond.Broadcast()
+	c.mu.Unlock()
+	close(c.stop)
+	if leave {
 		if err := c.ml.Leave(c.leaveTO); err != nil {
 			c.log.Debug("graceful leave", "err", err)
 		}
-		c.closeErr = c.ml.Shutdown()
-		c.wg.Wait()
-		c.log.Info("gossip stopped")
-	})
-	return c.closeErr
+	}
+	c.closeErr = c.ml.Shutdown()
+	c.wg.Wait()
+	c.log.Info("gossip stopped")
 }
 
 // Publish announces a local endpoint that joined networkID. p.Local is
@@ -510,13 +563,35 @@ func (c *Cluster) Snapshot(networkID string) []peerdb.Peer {
 }
 
 // NetworkAdded says the network now exists locally (AddPeer would find
-// it): all its remote records are delivered to the Sink again,
-// asynchronously.
+// it): this node announces that it has the network, so that the other
+// nodes send it the network's records, starts a digest exchange for it at
+// once, and delivers all its remote records to the Sink again,
+// asynchronously. Called with a driver network lock held.
 func (c *Cluster) NetworkAdded(networkID string) {
+	if c.closed.Load() {
+		return
+	}
 	c.mu.Lock()
-	c.st.markNetwork(networkID)
+	c.st.joinNetwork(networkID)
+	c.flushLocked()
+	c.syncNow = append(c.syncNow, networkID)
 	c.mu.Unlock()
 	c.wake(c.deliverCh)
+	c.wake(c.syncCh)
+}
+
+// NetworkRemoved says the network no longer exists locally: this node
+// withdraws its membership, retracts its endpoints there, if any are
+// left, and forgets the other nodes' records of it. Called with a driver
+// network lock held.
+func (c *Cluster) NetworkRemoved(networkID string) {
+	if c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	c.st.leaveNetwork(networkID, c.clock())
+	c.flushLocked()
+	c.mu.Unlock()
 }
 
 // NodeHint passes on Docker's word that a swarm node exists at addr: it is
@@ -553,26 +628,6 @@ func (c *Cluster) ForgetNode(addr netip.Addr) {
 		}
 	}
 	c.mu.Unlock()
-}
-
-// flushLocked moves the records the state wants broadcast into the queue,
-// in order. Caller holds c.mu; the queue's lock is a leaf below it.
-func (c *Cluster) flushLocked() {
-	if len(c.st.out) == 0 {
-		return
-	}
-	now := c.clock()
-	for _, r := range c.st.out {
-		c.queue.QueueBroadcast(&broadcast{
-			name: r.NetworkID + "\x00" + r.EndpointID,
-			msg:  encodeRecords(kindRecords, []*record{r}, now),
-		})
-	}
-	clear(c.st.out)
-	c.st.out = c.st.out[:0]
-	if c.queue.NumQueued() > maxBroadcastQueue {
-		c.queue.Prune(maxBroadcastQueue)
-	}
 }
 
 func (c *Cluster) wake(ch chan struct{}) {
@@ -824,7 +879,7 @@ func (c *Cluster) Members() []Member {
 			mm.State = MemberGone
 		}
 		for k := range c.st.byOwner[m.name] {
-			if !c.st.get(k).Deleted {
+			if c.st.get(k).endpoint() {
 				mm.Records++
 			}
 		}
@@ -838,9 +893,11 @@ func (c *Cluster) Members() []Member {
 // New; bytes count this package's payloads (gossip messages and push/pull
 // state), not memberlist's own protocol traffic.
 type Stats struct {
-	Records          int // live records, own and remote
+	Records          int // live endpoint records, own and remote, of the networks this node has
 	OwnRecords       int // live records published by this node
 	Tombstones       int
+	Networks         int // networks this node has (and so receives the records of)
+	Memberships      int // nodes' live memberships of networks, cluster-wide
 	Pending          int // records held until their owner joins
 	MembersAlive     int // including this node
 	MembersGone      int // gone, records still kept (within DeadGrace)
@@ -851,8 +908,10 @@ type Stats struct {
 	MessagesReceived         uint64 // gossip messages
 	StatesReceived           uint64 // push/pull merges
 	StatesSent               uint64
-	Accepted                 uint64 // remote updates applied from gossip
-	AcceptedFromState        uint64 // remote updates applied from push/pull
+	Accepted                 uint64 // remote updates applied from pushes and gossip
+	AcceptedFromState        uint64 // remote updates applied from memberlist's push/pull (memberships)
+	AcceptedFromSync         uint64 // remote updates applied from anti-entropy
+	Ignored                  uint64 // endpoint records of networks this node does not have
 	Stale                    uint64 // remote updates older than or equal to what we hold
 	Rejected                 uint64 // sum of the Rejected* counters
 	RejectedForeignOwner     uint64
@@ -867,6 +926,11 @@ type Stats struct {
 	Deliveries               uint64 // Sink calls
 	SinkErrors               uint64
 	MetaPushPulls            uint64 // push/pull rounds that carried a node meta change
+	PushesSent               uint64 // messages sent straight to a member (pushes and anti-entropy)
+	PushErrors               uint64 // such messages that could not be sent
+	PushesDropped            uint64 // records or messages dropped for a member that is gone
+	SyncsSent                uint64 // anti-entropy rounds started with a member
+	SyncsReceived            uint64 // anti-entropy messages received
 }
 
 // Stats returns the current counters.
@@ -878,6 +942,7 @@ func (c *Cluster) Stats() Stats {
 		Epoch:                st.epoch,
 		Accepted:             st.accepted,
 		AcceptedFromState:    st.acceptedFromState,
+		AcceptedFromSync:     st.acceptedFromSync,
 		Stale:                st.stale,
 		RejectedForeignOwner: st.rejectedOwner,
 		RejectedVTEP:         st.rejectedVTEP,
@@ -887,6 +952,22 @@ func (c *Cluster) Stats() Stats {
 		ExpiredTombstones:    st.expired,
 		PendingDropped:       st.pendingDropped,
 		EpochBumps:           st.epochBumps,
+		Ignored:              st.ignored,
+		PushesSent:           c.pushesSent,
+		PushErrors:           c.pushErrors,
+		PushesDropped:        c.pushDropped,
+		SyncsSent:            c.syncsOut,
+		SyncsReceived:        c.syncsIn,
+	}
+	for nid, recs := range st.netm {
+		for _, r := range recs {
+			if !r.Deleted {
+				s.Memberships++
+				if r.Owner == c.name && st.interested(nid) {
+					s.Networks++
+				}
+			}
+		}
 	}
 	for _, recs := range st.nets {
 		for _, r := range recs {

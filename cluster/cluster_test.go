@@ -98,6 +98,7 @@ func TestMockNetworkConverge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.NetworkAdded(netA)
 		n := &tnode{name: fmt.Sprintf("m%d", i), ip: nodeIP(i + 1), c: c, sink: sink}
 		nodes = append(nodes, n)
 	}
@@ -263,46 +264,44 @@ func TestRestartRetractsLostEndpoints(t *testing.T) {
 	}
 }
 
-// TestAntiEntropyRepairsMissedBroadcast: a node misses every broadcast of
-// a change; push/pull repairs it once it is reachable again. Streams come
-// back first, packets only once the record is in: a gossip packet built
-// just before the queues ran dry may still be on its way, and it must not
-// be what repairs the node.
-func TestAntiEntropyRepairsMissedBroadcast(t *testing.T) {
+// TestAntiEntropyRepairsMissedPush: a node misses the push of a change;
+// the digest exchange repairs it once it is reachable again. Nothing else
+// can: the record does not change again, and memberlist's push/pull
+// carries only memberships.
+func TestAntiEntropyRepairsMissedPush(t *testing.T) {
 	h := newHarness(t)
 	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
 	waitMembers(t, nodes, 3)
-	// Drop everything to and from n3 (packets and streams).
+	waitNetworkMembers(t, nodes, netA, 3)
+	// Drop every stream to n3 (pushes and anti-entropy); packets pass, so
+	// n3 stays alive and the push to it is tried and lost.
 	deaf := nodes[2].tr.Addr()
-	h.net.SetFilter(func(from, to netip.AddrPort, _ bool) bool { return from != deaf && to != deaf })
+	h.net.SetFilter(func(_, to netip.AddrPort, stream bool) bool { return !stream || to != deaf })
 	p := testPeer("e1", 1)
 	nodes[0].c.Publish(netA, p)
-	eventually(t, 5*time.Second, "broadcasts exhausted", func() error {
+	eventually(t, 5*time.Second, "push to n3 lost", func() error {
 		if _, ok := nodes[1].sink.get(netA)["e1"]; !ok {
 			return fmt.Errorf("n2 lacks e1")
 		}
-		for _, n := range nodes[:2] {
-			if q := n.c.Stats().BroadcastsQueued; q != 0 {
-				return fmt.Errorf("%s still has %d broadcasts queued", n.name, q)
-			}
+		if s := nodes[0].c.Stats(); s.PushErrors == 0 {
+			return fmt.Errorf("n1's push to n3 not failed yet: %+v", s)
 		}
 		return nil
 	})
 	if len(nodes[2].sink.get(netA)) != 0 {
 		t.Fatal("the deaf node got the record")
 	}
-	h.net.SetFilter(func(from, to netip.AddrPort, stream bool) bool { return stream || from != deaf && to != deaf })
-	eventually(t, 10*time.Second, "n3 repaired by push/pull", func() error {
+	h.net.SetFilter(nil)
+	eventually(t, 5*time.Second, "n3 repaired by anti-entropy", func() error {
 		if _, ok := nodes[2].sink.get(netA)["e1"]; !ok {
 			return fmt.Errorf("n3 lacks e1")
 		}
 		return nil
 	})
-	if s := nodes[2].c.Stats(); s.Accepted != 0 || s.AcceptedFromState < 1 {
-		t.Errorf("n3 got the record by gossip %d times, by push/pull %d times", s.Accepted, s.AcceptedFromState)
+	if s := nodes[2].c.Stats(); s.AcceptedFromSync < 1 {
+		t.Errorf("n3 did not get the record by anti-entropy: %+v", s)
 	}
-	h.net.SetFilter(nil)
-	waitConverged(t, nodes, netA, map[string]ep{"e1": {nodes[0], p}}, 10*time.Second)
+	waitConverged(t, nodes, netA, map[string]ep{"e1": {nodes[0], p}}, 5*time.Second)
 }
 
 // TestSecretKey: with memberlist.MockNetwork (memberlist encrypts above the
@@ -339,6 +338,7 @@ func TestSecretKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.NetworkAdded(netA)
 		nodes[n] = &tnode{name: n, ip: nodeIP(i + 1), c: c, sink: sink}
 	}
 	t.Cleanup(func() {
@@ -375,9 +375,8 @@ func TestSecretKey(t *testing.T) {
 	if len(nodes["a"].sink.get(netA)) != 0 || len(nodes["a"].c.Snapshot(netA)) != 0 {
 		t.Fatal("a record sent with the wrong key or none was accepted")
 	}
-	if s := nodes["a"].c.Stats(); s.MessagesReceived != 0 {
-		t.Errorf("a's delegate saw %d messages from outside the key", s.MessagesReceived)
-	}
+	// (a's delegate does see b's pushes and digests; had the forged record
+	// reached it, it would have been accepted, as the control shows.)
 	// Control: the same bytes from a key holder get through.
 	if err := nodes["b"].c.ml.SendToAddress(memberlist.Address{Addr: addr("a"), Name: "a"}, msg); err != nil {
 		t.Fatal(err)
@@ -400,9 +399,11 @@ func TestSecretKey(t *testing.T) {
 	}
 }
 
-// TestNetworkAddedRedelivers: records of a network that does not exist
-// locally are refused by the Sink (not fatal); NetworkAdded delivers them.
-func TestNetworkAddedRedelivers(t *testing.T) {
+// TestNetworkScoping: a node stores and receives only the records of the
+// networks it has. One that adds a network later gets its records at
+// once; one that removes it forgets them, and its own endpoints there are
+// retracted.
+func TestNetworkScoping(t *testing.T) {
 	h := newHarness(t)
 	n1 := h.start(1)
 	sink := newRecSink()
@@ -414,18 +415,30 @@ func TestNetworkAddedRedelivers(t *testing.T) {
 	waitMembers(t, []*tnode{n1, n2}, 2)
 	p := testPeer("e1", 1)
 	n1.c.Publish(netA, p)
-	eventually(t, 5*time.Second, "record arrives", func() error {
-		if len(n2.c.Snapshot(netA)) != 1 || n2.c.Stats().SinkErrors == 0 {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
-	if len(sink.get(netA)) != 0 {
-		t.Fatal("sink accepted a peer for a missing network")
+	time.Sleep(300 * time.Millisecond) // pushes and several sync intervals
+	if s := n2.c.Stats(); s.Records != 0 || len(n2.c.Snapshot(netA)) != 0 || s.Deliveries != 0 {
+		t.Fatalf("a node without the network holds its records: %+v", s)
 	}
 	sink.addNetwork(netA)
 	n2.c.NetworkAdded(netA)
 	waitConverged(t, []*tnode{n2}, netA, map[string]ep{"e1": {n1, p}}, 2*time.Second)
+
+	// n2 publishes, then removes the network: n1 loses n2's endpoint, n2
+	// forgets n1's.
+	q := testPeer("e2", 2)
+	n2.c.Publish(netA, q)
+	waitConverged(t, []*tnode{n1}, netA, map[string]ep{"e1": {n1, p}, "e2": {n2, q}}, 2*time.Second)
+	n2.c.NetworkRemoved(netA)
+	waitConverged(t, []*tnode{n1}, netA, map[string]ep{"e1": {n1, p}}, 2*time.Second)
+	if s := n2.c.Stats(); s.Records != 0 || s.Networks != 0 {
+		t.Errorf("n2 after removing the network: %+v", s)
+	}
+	eventually(t, 2*time.Second, "n1 sees n2 leave the network", func() error {
+		if s := n1.c.Stats(); s.Memberships != 1 {
+			return fmt.Errorf("n1 counts %d memberships, want its own only", s.Memberships)
+		}
+		return nil
+	})
 }
 
 // TestNodeHint: a node started without seeds joins through Docker's hint.

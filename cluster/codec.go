@@ -15,27 +15,42 @@ import (
 // Wire format (all integers are unsigned varints unless stated):
 //
 //	message  = magic(1 byte 0xC7) version(1 byte) kind(1 byte) body
-//	body     = nOwners owner{nOwners} nNets net{nNets}
+//	body     = records                                   kindRecords, kindState, kindPush
+//	         | string(sender) nSyncs sync{nSyncs} records kindSync
+//	records  = nOwners owner{nOwners} nNets net{nNets}
 //	net      = string(networkID) nRecs rec{nRecs}
-//	rec      = flags(1 byte; bit0 deleted) string(endpointID) ownerIndex epoch seq
-//	           ( ageMillis                                   if deleted
-//	           | mac(6 bytes) addr(vtep) nIPs addr{nIPs}     otherwise )
+//	rec      = flags(1 byte; bit0 deleted, bit1 membership)
+//	           string(endpointID)                        unless a membership
+//	           ownerIndex epoch seq
+//	           ageMillis                                 if deleted
+//	           mac(6 bytes) addr(vtep) nIPs addr{nIPs}   if a live endpoint
+//	sync     = string(networkID) level(1 byte)
+//	           ( count hash                              level 0: the network's digest
+//	           | nGroups (string(owner) count hash){nGroups} ) levels 1, 2: per owner
+//	hash     = 8 bytes, big endian
 //	string   = uvarint(len<<1 | packed) bytes   // packed: even-length lowercase
 //	                                            // hex stored as len raw bytes
 //	addr     = 1 byte length (4 or 16) + bytes
 //
-// Gossip messages (kindRecords) carry one record; push/pull (kindState) the
-// whole table, grouped by network with the owner names interned. Docker's
-// 64-hex ids pack to 33 bytes, so a live single-record gossip message is
-// about 110 bytes and a state costs about 55 bytes per record (before
-// memberlist's own compression). Decoding never panics: every length is
-// bounded by the bytes remaining and the limits of validate.
+// kindRecords is one membership broadcast by gossip. kindPush is a batch
+// of records an owner sends straight to the members of their network.
+// kindState is memberlist's push/pull state: every membership
+// record. kindSync is anti-entropy (sync.go): digests, and the records
+// where digests differed. Owner names are interned per message. Docker's
+// 64-hex ids pack to 33 bytes, so an endpoint record costs about 55 bytes
+// (before memberlist's own compression). Decoding never panics: every
+// length is bounded by the bytes remaining and the limits of validate.
 const (
 	wireMagic   = 0xC7
-	wireVersion = 1
+	wireVersion = 2
 
 	kindRecords = 1
 	kindState   = 2
+	kindSync    = 3
+	kindPush    = 4
+
+	flagDeleted = 1
+	flagMember  = 2
 )
 
 var errTruncated = errors.New("truncated message")
@@ -89,6 +104,12 @@ func packableHex(s string) bool {
 func encodeRecords(kind byte, recs []*record, now time.Time) []byte {
 	e := encoder{b: make([]byte, 0, 64+64*len(recs))}
 	e.b = append(e.b, wireMagic, wireVersion, kind)
+	e.records(recs, now)
+	return e.b
+}
+
+// records appends the records section; recs must be grouped by network.
+func (e *encoder) records(recs []*record, now time.Time) {
 	owners := map[string]uint64{}
 	var order []string
 	for _, r := range recs {
@@ -117,26 +138,33 @@ func encodeRecords(kind byte, recs []*record, now time.Time) []byte {
 		e.str(recs[i].NetworkID)
 		e.uvarint(uint64(j - i))
 		for _, r := range recs[i:j] {
-			encodeRecord(&e, r, owners[r.Owner], now)
+			encodeRecord(e, r, owners[r.Owner], now)
 		}
 		i = j
 	}
-	return e.b
 }
 
 func encodeRecord(e *encoder, r *record, owner uint64, now time.Time) {
 	var flags byte
 	if r.Deleted {
-		flags |= 1
+		flags |= flagDeleted
+	}
+	if r.Member {
+		flags |= flagMember
 	}
 	e.b = append(e.b, flags)
-	e.str(r.EndpointID)
+	if !r.Member {
+		e.str(r.EndpointID)
+	}
 	e.uvarint(owner)
 	e.uvarint(r.Version.Epoch)
 	e.uvarint(r.Version.Seq)
 	if r.Deleted {
 		age := max(now.Sub(r.DeletedAt), 0)
 		e.uvarint(uint64(age / time.Millisecond))
+		return
+	}
+	if r.Member {
 		return
 	}
 	e.b = append(e.b, r.MAC[:]...)
@@ -237,22 +265,117 @@ func (d *decoder) addr() netip.Addr {
 	return a.Unmap()
 }
 
+// message is a decoded message.
+type message struct {
+	kind  byte
+	from  string      // kindSync: the sender's node name, for the reply
+	syncs []syncEntry // kindSync
+	recs  []*record
+}
+
 // decodeMessage decodes a message from the network. Each record is checked
 // with validate; the first problem fails the whole message (a peer that
 // sends garbage gets none of its message applied). Tombstone ages are
 // turned into DeletedAt on now's clock.
-func decodeMessage(buf []byte, now time.Time) (kind byte, recs []*record, err error) {
+func decodeMessage(buf []byte, now time.Time) (*message, error) {
 	d := decoder{b: buf}
 	if d.byte() != wireMagic || d.err != nil {
-		return 0, nil, errors.New("bad magic")
+		return nil, errors.New("bad magic")
 	}
 	if v := d.byte(); v != wireVersion {
-		return 0, nil, fmt.Errorf("unsupported wire version %d", v)
+		return nil, fmt.Errorf("unsupported wire version %d", v)
 	}
-	kind = d.byte()
-	if kind != kindRecords && kind != kindState {
-		return 0, nil, fmt.Errorf("unknown message kind %d", kind)
+	m := &message{kind: d.byte()}
+	switch m.kind {
+	case kindRecords, kindState, kindPush:
+	case kindSync:
+		m.from = d.str()
+		m.syncs = d.syncs()
+	default:
+		return nil, fmt.Errorf("unknown message kind %d", m.kind)
 	}
+	recs, err := d.records(now)
+	if err != nil {
+		return nil, err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	m.recs = recs
+	return m, nil
+}
+
+// syncs reads the digests of a kindSync message.
+func (d *decoder) syncs() []syncEntry {
+	out := make([]syncEntry, d.count(3))
+	for i := range out {
+		e := &out[i]
+		e.nid = d.str()
+		e.level = d.byte()
+		switch e.level {
+		case syncNetwork:
+			e.sum = d.digest()
+		case syncCompare, syncFinal:
+			e.groups = make([]ownerDigest, d.count(10))
+			for j := range e.groups {
+				e.groups[j] = ownerDigest{owner: d.str(), d: d.digest()}
+			}
+		default:
+			d.fail(fmt.Errorf("unknown sync level %d", e.level))
+		}
+		if d.err != nil {
+			return nil
+		}
+		if e.nid == "" {
+			d.fail(errors.New("sync entry without a network"))
+		}
+	}
+	return out
+}
+
+func (d *decoder) digest() digest {
+	n := d.uvarint()
+	if len(d.b) < 8 {
+		d.fail(errTruncated)
+		return digest{}
+	}
+	h := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return digest{count: n, hash: h}
+}
+
+func (e *encoder) digest(g digest) {
+	e.uvarint(g.count)
+	e.b = binary.BigEndian.AppendUint64(e.b, g.hash)
+}
+
+// encodeSync encodes a kindSync message: digests, then records (grouped
+// by network).
+func encodeSync(from string, syncs []syncEntry, recs []*record, now time.Time) []byte {
+	e := encoder{b: make([]byte, 0, 64+64*len(recs))}
+	e.b = append(e.b, wireMagic, wireVersion, kindSync)
+	e.str(from)
+	e.uvarint(uint64(len(syncs)))
+	for _, s := range syncs {
+		e.str(s.nid)
+		e.b = append(e.b, s.level)
+		if s.level == syncNetwork {
+			e.digest(s.sum)
+			continue
+		}
+		e.uvarint(uint64(len(s.groups)))
+		for _, g := range s.groups {
+			e.str(g.owner)
+			e.digest(g.d)
+		}
+	}
+	e.records(recs, now)
+	return e.b
+}
+
+// records reads a records section.
+func (d *decoder) records(now time.Time) ([]*record, error) {
+	var recs []*record
 	owners := make([]string, d.count(1))
 	for i := range owners {
 		owners[i] = d.str()
@@ -264,25 +387,29 @@ func decodeMessage(buf []byte, now time.Time) (kind byte, recs []*record, err er
 		for range nRecs {
 			r := &record{NetworkID: nid}
 			flags := d.byte()
-			if flags&^1 != 0 {
+			if flags&^(flagDeleted|flagMember) != 0 {
 				d.fail(fmt.Errorf("unknown record flags %#x", flags))
 			}
-			r.Deleted = flags&1 == 1
-			r.EndpointID = d.str()
+			r.Deleted = flags&flagDeleted != 0
+			r.Member = flags&flagMember != 0
+			if !r.Member {
+				r.EndpointID = d.str()
+			}
 			oi := d.uvarint()
 			if d.err == nil && oi >= uint64(len(owners)) {
 				d.fail(fmt.Errorf("owner index %d out of range", oi))
 			}
 			r.Version.Epoch = d.uvarint()
 			r.Version.Seq = d.uvarint()
-			if r.Deleted {
+			switch {
+			case r.Deleted:
 				ms := d.uvarint()
 				// Clamp absurd ages (they only make the tombstone expired).
 				if ms > math.MaxInt64/uint64(time.Millisecond) {
 					ms = math.MaxInt64 / uint64(time.Millisecond)
 				}
 				r.DeletedAt = now.Add(-time.Duration(ms) * time.Millisecond)
-			} else {
+			case !r.Member:
 				if len(d.b) < 6 {
 					d.fail(errTruncated)
 				} else {
@@ -300,23 +427,20 @@ func decodeMessage(buf []byte, now time.Time) (kind byte, recs []*record, err er
 				}
 			}
 			if d.err != nil {
-				return kind, nil, d.err
+				return nil, d.err
 			}
 			r.Owner = owners[oi]
+			if r.Member {
+				r.EndpointID = memberEID(r.Owner)
+			}
 			if r.Version.Epoch == 0 || r.Version.Epoch >= maxWireEpoch {
-				return kind, nil, fmt.Errorf("record %s: epoch %d out of range", r.EndpointID, r.Version.Epoch)
+				return nil, fmt.Errorf("record %s: epoch %d out of range", r.EndpointID, r.Version.Epoch)
 			}
 			if err := r.validate(); err != nil {
-				return kind, nil, err
+				return nil, err
 			}
 			recs = append(recs, r)
 		}
 	}
-	if d.err != nil {
-		return kind, nil, d.err
-	}
-	if len(d.b) != 0 {
-		return kind, nil, fmt.Errorf("%d trailing bytes", len(d.b))
-	}
-	return kind, recs, nil
+	return recs, d.err
 }

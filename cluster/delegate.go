@@ -31,26 +31,33 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return meta
 }
 
+// NotifyMsg takes gossip (a membership broadcast, by UDP), pushes and
+// anti-entropy (by TCP stream: memberlist calls this on the stream's own
+// goroutine).
 func (d *delegate) NotifyMsg(buf []byte) {
 	c := d.c
 	c.bytesIn.Add(uint64(len(buf)))
 	c.msgsIn.Add(1)
 	now := c.clock()
-	_, recs, err := decodeMessage(buf, now) // copies out of buf
+	m, err := decodeMessage(buf, now) // copies out of buf
 	if err != nil {
 		c.decodeError("gossip message", err)
 		return
 	}
+	if m.kind == kindSync {
+		c.handleSync(m, now)
+		return
+	}
+	src := srcGossip
+	if m.kind == kindPush {
+		src = srcPush
+	}
 	c.mu.Lock()
-	for _, r := range recs {
-		c.st.apply(r, srcGossip, now)
+	for _, r := range m.recs {
+		c.st.apply(r, src, now)
 	}
 	c.flushLocked()
-	dirty := c.st.hasDirty()
 	c.mu.Unlock()
-	if dirty {
-		c.wake(c.deliverCh)
-	}
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
@@ -66,7 +73,7 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 func (d *delegate) LocalState(join bool) []byte {
 	c := d.c
 	c.mu.Lock()
-	recs := c.st.allRecords() // records are immutable: encode outside the lock
+	recs := c.st.memberships() // records are immutable: encode outside the lock
 	c.mu.Unlock()
 	b := encodeRecords(kindState, recs, c.clock())
 	c.bytesOut.Add(uint64(len(b)))
@@ -79,22 +86,22 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	c.bytesIn.Add(uint64(len(buf)))
 	c.statesIn.Add(1)
 	now := c.clock()
-	_, recs, err := decodeMessage(buf, now)
+	m, err := decodeMessage(buf, now)
 	if err != nil {
 		c.decodeError("push/pull state", err)
 		return
 	}
+	recs := m.recs
 	for len(recs) > 0 {
 		n := min(len(recs), mergeChunk)
 		c.mu.Lock()
 		for _, r := range recs[:n] {
 			c.st.apply(r, srcState, now)
 		}
-		c.flushLocked() // own retractions
+		c.flushLocked() // own retractions, pushes to nodes new in a network
 		c.mu.Unlock()
 		recs = recs[n:]
 	}
-	c.wake(c.deliverCh)
 }
 
 // events implements memberlist.EventDelegate. memberlist calls it with its
@@ -142,11 +149,7 @@ func (e *events) up(n *memberlist.Node, msg string) {
 		cand.lastAlive = now
 	}
 	c.numAlive.Store(int64(c.st.aliveCount()))
-	dirty := c.st.hasDirty()
 	c.mu.Unlock()
-	if dirty {
-		c.wake(c.deliverCh)
-	}
 	if n.Name != c.name {
 		c.log.Info(msg, "member", n.Name, "addr", addr)
 	}

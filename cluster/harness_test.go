@@ -243,6 +243,11 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		tr.Shutdown()
 		return nil, err
 	}
+	if sink.networks == nil {
+		// A sink without a network list has every network, as a driver
+		// with the network created would.
+		n.c.NetworkAdded(netA)
+	}
 	h.mu.Lock()
 	h.nodes[n.name] = n
 	h.mu.Unlock()
@@ -251,13 +256,7 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 
 // crash stops a node without a graceful leave (like kill -9).
 func (n *tnode) crash() {
-	c := n.c
-	c.closeOnce.Do(func() {
-		c.closed.Store(true)
-		close(c.stop)
-		c.closeErr = c.ml.Shutdown()
-		c.wg.Wait()
-	})
+	n.c.closeOnce.Do(func() { n.c.shutdown(false) })
 }
 
 func (h *harness) closeAll() {
@@ -362,6 +361,26 @@ func waitConverged(t *testing.T, nodes []*tnode, nid string, want map[string]ep,
 			}
 			if err := checkPeers(n, snapshotMap(n.c, nid), want); err != nil {
 				return fmt.Errorf("snapshot: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// waitNetworkMembers waits until every node knows want nodes (itself
+// included) to have network nid.
+func waitNetworkMembers(t *testing.T, nodes []*tnode, nid string, want int) {
+	t.Helper()
+	eventually(t, 5*time.Second, "network memberships", func() error {
+		for _, n := range nodes {
+			n.c.mu.Lock()
+			got := len(n.c.st.networkMembers(nid))
+			if n.c.st.interested(nid) {
+				got++
+			}
+			n.c.mu.Unlock()
+			if got != want {
+				return fmt.Errorf("%s knows %d members of %s, want %d", n.name, got, nid, want)
 			}
 		}
 		return nil

@@ -48,6 +48,11 @@ type record struct {
 	Owner      string // node name of the host holding the endpoint
 	Version    Version
 	Deleted    bool
+	// Member marks a network membership record: Owner has NetworkID
+	// locally and wants its endpoint records. Its EndpointID is
+	// memberEID(Owner), so it shares the table and the merge rules of
+	// endpoint records without colliding with any of them.
+	Member bool
 	// DeletedAt is when the endpoint was deleted, on THIS node's clock: the
 	// wire carries the tombstone's age, not a timestamp, so clock skew
 	// between nodes does not stretch or shorten tombstone lifetimes.
@@ -60,6 +65,15 @@ type record struct {
 }
 
 func (r *record) key() key { return key{r.NetworkID, r.EndpointID} }
+
+// memberEID is the endpoint id of owner's membership record. Endpoint ids
+// never start with a NUL byte (validate), so it names no endpoint.
+func memberEID(owner string) string { return "\x00" + owner }
+
+func isMemberEID(eid string) bool { return eid != "" && eid[0] == 0 }
+
+// endpoint: a live endpoint record (not a tombstone, not a membership).
+func (r *record) endpoint() bool { return r != nil && !r.Deleted && !r.Member }
 
 func (r *record) clone() *record {
 	c := *r
@@ -94,10 +108,26 @@ const (
 // validate checks a record from the network (or from Publish) before it may
 // enter the table.
 func (r *record) validate() error {
-	for _, s := range [...]struct{ what, v string }{{"network id", r.NetworkID}, {"endpoint id", r.EndpointID}, {"owner", r.Owner}} {
-		if s.v == "" || len(s.v) > maxIDLen {
-			return fmt.Errorf("record: %s length %d out of range [1,%d]", s.what, len(s.v), maxIDLen)
+	eidMax := maxIDLen
+	if r.Member {
+		eidMax = len(memberEID(r.Owner))
+	}
+	for _, s := range [...]struct {
+		what, v string
+		max     int
+	}{{"network id", r.NetworkID, maxIDLen}, {"endpoint id", r.EndpointID, eidMax}, {"owner", r.Owner, maxIDLen}} {
+		if s.v == "" || len(s.v) > s.max {
+			return fmt.Errorf("record: %s length %d out of range [1,%d]", s.what, len(s.v), s.max)
 		}
+	}
+	if r.Member {
+		if r.EndpointID != memberEID(r.Owner) {
+			return fmt.Errorf("membership record of %s under endpoint id %q", r.Owner, r.EndpointID)
+		}
+		return nil
+	}
+	if isMemberEID(r.EndpointID) {
+		return fmt.Errorf("record: endpoint id %q starts with a NUL byte", r.EndpointID)
 	}
 	if r.Deleted {
 		return nil
@@ -110,5 +140,5 @@ func (r *record) validate() error {
 
 // sameContent reports whether two live records carry the same endpoint data.
 func sameContent(a, b *record) bool {
-	return !a.Deleted && !b.Deleted && a.MAC == b.MAC && a.VTEP == b.VTEP && slices.Equal(a.IPs, b.IPs)
+	return a.endpoint() && b.endpoint() && a.MAC == b.MAC && a.VTEP == b.VTEP && slices.Equal(a.IPs, b.IPs)
 }

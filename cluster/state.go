@@ -20,6 +20,8 @@ const (
 	srcGossip  source = iota // a broadcast (NotifyMsg): relayed when it changes the table
 	srcState                 // push/pull anti-entropy: applied, not relayed
 	srcPending               // held back until its owner joined; came by gossip
+	srcPush                  // pushed by its owner straight to this node: applied, not relayed
+	srcSync                  // anti-entropy (sync.go): applied, not relayed
 )
 
 // maxPending bounds the records held for owners that are not members yet.
@@ -51,33 +53,43 @@ type pendingRec struct {
 
 // counters are monotonic event counts, guarded with the state.
 type counters struct {
-	accepted, acceptedFromState  uint64
-	stale                        uint64
-	rejectedOwner, rejectedVTEP  uint64
-	rejectedNotMember            uint64
-	retracted                    uint64 // own records of an earlier incarnation tombstoned
-	purged, expired              uint64
-	pendingDropped, pendingTotal uint64
-	epochBumps                   uint64
+	accepted, acceptedFromState uint64
+	acceptedFromSync            uint64
+	stale                       uint64
+	rejectedOwner, rejectedVTEP uint64
+	rejectedNotMember           uint64
+	retracted                   uint64 // own records of an earlier incarnation tombstoned
+	purged, expired             uint64
+	pendingDropped              uint64
+	epochBumps                  uint64
+	ignored                     uint64 // endpoint records of networks this node is not in
 }
 
 // state is the replicated table and everything its merge rules consult:
 // this node's view of membership, its own version clock, the dirty set for
 // delivery and the records held until their owner joins.
 //
+// The table holds two kinds of record under one set of rules (versions,
+// tombstones, ownership): network memberships ("owner has this network"),
+// which every node keeps for every network, and endpoint records, which a
+// node keeps only for the networks it has itself.
+//
 // Not safe for concurrent use: Cluster.mu guards it. Every method is pure
 // bookkeeping (no I/O, no callbacks) and takes the time as an argument, so
 // the merge rules are unit-tested without memberlist or real clocks.
 type state struct {
-	self  string
-	vtep  netip.Addr
-	epoch uint64
-	seq   uint64
+	self    string
+	selfEID string // memberEID(self)
+	vtep    netip.Addr
+	epoch   uint64
+	seq     uint64
 
 	deadGrace, tombTTL, pendingTTL, forgetAfter time.Duration
 	log                                         *slog.Logger
 
-	nets    map[string]map[string]*record // network id → endpoint id → record
+	nets    map[string]map[string]*record // network id → endpoint id → endpoint record
+	netm    map[string]map[string]*record // network id → memberEID(owner) → membership record
+	digests map[string]map[string]*digest // network id → owner → digest of its live endpoint records
 	byOwner map[string]map[key]struct{}   // owner → its keys (live and tombstones)
 	members map[string]*member
 	pending map[string]map[key]pendingRec // owner → newest record per key
@@ -85,23 +97,32 @@ type state struct {
 	dirty   map[key]struct{}
 	// dataDirty holds the VTEPs whose node data changed since delivery.
 	dataDirty map[netip.Addr]struct{}
-	// out collects records to broadcast, in the order their versions were
-	// stamped or accepted. The caller drains it into the broadcast queue
-	// under the same lock, so the queue's replace-by-name never lets an
-	// older version displace a newer one.
+	// out collects membership records to broadcast, in the order their
+	// versions were stamped or accepted. The caller drains it into the
+	// broadcast queue under the same lock, so the queue's replace-by-name
+	// never lets an older version displace a newer one.
 	out []*record
+	// push collects the keys of this node's endpoint records that changed,
+	// for the caller to push to the members of their networks.
+	push []key
+	// joins collects the other nodes found newly in a network this node
+	// has (or in it again with a new incarnation, hence an empty table):
+	// this node's records of that network are pushed to them.
+	joins []netJoin
 
 	counters
 }
 
 func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL time.Duration, log *slog.Logger) *state {
 	return &state{
-		self: self, vtep: vtep, epoch: epoch,
+		self: self, selfEID: memberEID(self), vtep: vtep, epoch: epoch,
 		deadGrace: deadGrace, tombTTL: tombTTL,
 		pendingTTL:  max(30*time.Second, deadGrace),
 		forgetAfter: deadGrace + tombTTL,
 		log:         log,
 		nets:        map[string]map[string]*record{},
+		netm:        map[string]map[string]*record{},
+		digests:     map[string]map[string]*digest{},
 		byOwner:     map[string]map[key]struct{}{},
 		members:     map[string]*member{},
 		pending:     map[string]map[key]pendingRec{},
@@ -110,17 +131,32 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 	}
 }
 
-func (s *state) get(k key) *record { return s.nets[k.nid][k.eid] }
+// table is where records of k live: memberships and endpoint records
+// are kept apart, so that iterating a network's endpoints never meets
+// memberships and the other way round.
+func (s *state) table(k key) map[string]map[string]*record {
+	if isMemberEID(k.eid) {
+		return s.netm
+	}
+	return s.nets
+}
+
+func (s *state) get(k key) *record { return s.table(k)[k.nid][k.eid] }
 
 func (s *state) put(r *record) {
 	k := r.key()
-	if old := s.get(k); old != nil && old.Owner != r.Owner {
-		s.unindex(old.Owner, k)
+	if old := s.get(k); old != nil {
+		s.unindexDigest(old)
+		if old.Owner != r.Owner {
+			s.unindex(old.Owner, k)
+		}
 	}
-	recs := s.nets[k.nid]
+	s.indexDigest(r)
+	tbl := s.table(k)
+	recs := tbl[k.nid]
 	if recs == nil {
 		recs = map[string]*record{}
-		s.nets[k.nid] = recs
+		tbl[k.nid] = recs
 	}
 	recs[k.eid] = r
 	idx := s.byOwner[r.Owner]
@@ -137,10 +173,12 @@ func (s *state) del(k key) {
 		return
 	}
 	s.unindex(old.Owner, k)
-	recs := s.nets[k.nid]
+	s.unindexDigest(old)
+	tbl := s.table(k)
+	recs := tbl[k.nid]
 	delete(recs, k.eid)
 	if len(recs) == 0 {
-		delete(s.nets, k.nid)
+		delete(tbl, k.nid)
 	}
 }
 
@@ -153,8 +191,93 @@ func (s *state) unindex(owner string, k key) {
 	}
 }
 
-// visible: a live record of another node, which the Sink should have.
-func (s *state) visible(r *record) bool { return r != nil && !r.Deleted && r.Owner != s.self }
+// visible: a live endpoint record of another node, which the Sink should
+// have.
+func (s *state) visible(r *record) bool { return r.endpoint() && r.Owner != s.self }
+
+// emit queues a record this node stamped for the members of its
+// network; a membership is also broadcast, since every node keeps them.
+func (s *state) emit(r *record) {
+	if r.Member {
+		s.out = append(s.out, r)
+	}
+	s.push = append(s.push, r.key())
+}
+
+// netJoin: node is (newly) in network nid.
+type netJoin struct{ node, nid string }
+
+// interested reports whether this node has network nid: it keeps and
+// receives that network's endpoint records.
+func (s *state) interested(nid string) bool {
+	r := s.netm[nid][s.selfEID]
+	return r != nil && !r.Deleted
+}
+
+// joinNetwork publishes this node's membership of nid and marks the
+// network's remote records for delivery. No-op if it has nid already.
+func (s *state) joinNetwork(nid string) {
+	if s.interested(nid) {
+		s.markNetwork(nid)
+		return
+	}
+	r := &record{NetworkID: nid, EndpointID: s.selfEID, Owner: s.self, Member: true, Version: s.stamp()}
+	s.put(r)
+	s.emit(r)
+	s.markNetwork(nid)
+}
+
+// leaveNetwork withdraws this node's membership of nid: its own endpoints
+// there are retracted, the other nodes' records dropped (the driver has
+// no such network any more, so nothing is delivered).
+func (s *state) leaveNetwork(nid string, now time.Time) {
+	if !s.interested(nid) {
+		return
+	}
+	for eid, r := range s.nets[nid] {
+		switch {
+		case r.Owner == s.self:
+			s.retract(nid, eid, now)
+		default:
+			s.del(key{nid, eid})
+			delete(s.dirty, key{nid, eid})
+		}
+	}
+	t := s.tombstone(key{nid, s.selfEID}, now)
+	s.put(t)
+	s.emit(t)
+}
+
+// ownerLeft: owner's membership of nid was withdrawn at version v. Its
+// endpoint records there older than v are gone with it (a restarted node
+// that no longer has the network never retracts them one by one). They
+// become tombstones at v, so a late copy of one cannot come back.
+func (s *state) ownerLeft(owner, nid string, v Version, now time.Time) {
+	for k := range s.byOwner[owner] {
+		r := s.get(k)
+		if k.nid != nid || !r.endpoint() || r.Version.Compare(v) >= 0 {
+			continue
+		}
+		t := &record{NetworkID: nid, EndpointID: k.eid, Owner: owner, Version: v, Deleted: true, DeletedAt: now}
+		if s.visible(r) {
+			s.markDirty(k)
+		}
+		s.put(t)
+	}
+}
+
+// networkMembers returns the other nodes that have nid, alive or not.
+func (s *state) networkMembers(nid string) []*member {
+	var out []*member
+	for _, r := range s.netm[nid] {
+		if !r.Deleted && r.Owner != s.self {
+			if m := s.members[r.Owner]; m != nil {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
 
 func (s *state) markDirty(k key) { s.dirty[k] = struct{}{} }
 
@@ -164,7 +287,8 @@ func (s *state) stamp() Version {
 }
 
 func (s *state) tombstone(k key, now time.Time) *record {
-	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: now}
+	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: now,
+		Member: k.eid == s.selfEID}
 }
 
 // publish records a local endpoint under this node's name with a fresh
@@ -180,6 +304,9 @@ func (s *state) publish(nid string, p peerdb.Peer) error {
 	if err := r.validate(); err != nil {
 		return err
 	}
+	if !s.interested(nid) {
+		s.joinNetwork(nid)
+	}
 	k := r.key()
 	cur := s.get(k)
 	if cur != nil && cur.Owner == s.self && sameContent(cur, r) {
@@ -193,7 +320,7 @@ func (s *state) publish(nid string, p peerdb.Peer) error {
 	}
 	r.Version = s.stamp()
 	s.put(r)
-	s.out = append(s.out, r)
+	s.emit(r)
 	return nil
 }
 
@@ -202,12 +329,12 @@ func (s *state) publish(nid string, p peerdb.Peer) error {
 func (s *state) retract(nid, eid string, now time.Time) {
 	k := key{nid, eid}
 	cur := s.get(k)
-	if cur == nil || cur.Owner != s.self || cur.Deleted {
+	if cur == nil || cur.Owner != s.self || cur.Deleted || cur.Member {
 		return
 	}
 	t := s.tombstone(k, now)
 	s.put(t)
-	s.out = append(s.out, t)
+	s.emit(t)
 }
 
 // ownerGone: records of name may be replaced by another owner's.
@@ -222,6 +349,12 @@ func (s *state) ownerGone(name string, now time.Time) bool {
 // apply merges a remote record (decoded and validated) into the table and
 // reports whether the table changed. r is owned by the table afterwards.
 func (s *state) apply(r *record, src source, now time.Time) bool {
+	if !r.Member && !s.interested(r.NetworkID) {
+		// Sent before the sender learnt that this node left the network,
+		// or by a sender that is wrong about it: not ours to keep.
+		s.ignored++
+		return false
+	}
 	if r.Owner == s.self {
 		return s.applyOwn(r, now)
 	}
@@ -242,7 +375,7 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.log.Debug("record of a node that is not alive rejected", "owner", r.Owner, "network", r.NetworkID, "endpoint", r.EndpointID)
 		return false
 	}
-	if !r.Deleted && m.vtep.IsValid() && r.VTEP != m.vtep {
+	if r.endpoint() && m.vtep.IsValid() && r.VTEP != m.vtep {
 		s.rejectedVTEP++
 		s.log.Warn("record whose VTEP is not its owner's address rejected",
 			"owner", r.Owner, "ownerVTEP", m.vtep, "vtep", r.VTEP, "network", r.NetworkID, "endpoint", r.EndpointID)
@@ -282,16 +415,38 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 	if s.visible(cur) || s.visible(r) {
 		s.markDirty(k)
 	}
-	if src == srcState {
+	if r.Member {
+		s.memberChanged(cur, r, now)
+	}
+	switch {
+	case src == srcState:
 		s.acceptedFromState++
-	} else {
+	case src == srcSync:
+		s.acceptedFromSync++
+	case src == srcGossip && r.Member:
 		s.accepted++
 		// Relay: memberlist sends a broadcast only from the node that
 		// queued it, to a few nodes; re-queueing on first acceptance makes
 		// it epidemic. Each node relays each version at most once.
 		s.out = append(s.out, r)
+	default:
+		s.accepted++ // pushed by its owner to every member: nothing to relay
 	}
 	return true
+}
+
+// memberChanged follows an accepted membership record of another node:
+// a node new in one of this node's networks (or back with a new
+// incarnation, so with an empty table) gets this node's records of it; a
+// node that left a network takes its endpoint records there with it.
+func (s *state) memberChanged(cur, r *record, now time.Time) {
+	if r.Deleted {
+		s.ownerLeft(r.Owner, r.NetworkID, r.Version, now)
+		return
+	}
+	if s.interested(r.NetworkID) && (cur == nil || cur.Deleted || cur.Version.Epoch != r.Version.Epoch) {
+		s.joins = append(s.joins, netJoin{r.Owner, r.NetworkID})
+	}
 }
 
 // applyOwn handles a record under this node's own name that came from the
@@ -305,8 +460,9 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 		s.rejectedOwner++
 		return false
 	}
-	if r.Version.Epoch >= maxSaneEpoch {
-		// No incarnation of ours wrote this. Kill it for good without
+	if r.Version.Epoch >= maxSaneEpoch && r.Version.Epoch > s.epoch {
+		// No incarnation of ours wrote this (an epoch bump may have taken
+		// ours to maxSaneEpoch, not past it). Kill it for good without
 		// adopting its epoch (a local endpoint with this id, if any, is
 		// lost: only a forged or corrupt record gets here).
 		if r.Deleted || cur != nil && cur.Deleted && cur.Version == finalVersion {
@@ -317,7 +473,7 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 		t := s.tombstone(k, now)
 		t.Version = finalVersion
 		s.put(t)
-		s.out = append(s.out, t)
+		s.emit(t)
 		s.retracted++
 		return true
 	}
@@ -338,7 +494,7 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 		n := cur.clone()
 		n.Version = s.stamp()
 		s.put(n)
-		s.out = append(s.out, n)
+		s.emit(n)
 		return true
 	}
 	if r.Deleted {
@@ -346,7 +502,7 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 	}
 	t := s.tombstone(k, now)
 	s.put(t)
-	s.out = append(s.out, t)
+	s.emit(t)
 	s.retracted++
 	s.log.Info("retracting an endpoint this node no longer holds",
 		"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version, "tombstone", t.Version)
@@ -361,7 +517,7 @@ func (s *state) bumpEpoch(seen uint64) {
 		n := s.get(k).clone()
 		n.Version = s.stamp()
 		s.put(n)
-		s.out = append(s.out, n)
+		s.emit(n)
 	}
 }
 
@@ -384,7 +540,6 @@ func (s *state) addPending(r *record, now time.Time) {
 	}
 	p[k] = pendingRec{r, now}
 	s.npend++
-	s.pendingTotal++
 }
 
 // memberUp: name is alive (joined, came back, or updated its meta). It
@@ -419,7 +574,7 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 	// Re-validate what we hold from it against its current address.
 	if m.vtep.IsValid() {
 		for k := range s.byOwner[name] {
-			if r := s.get(k); !r.Deleted && r.VTEP != m.vtep {
+			if r := s.get(k); r.endpoint() && r.VTEP != m.vtep {
 				s.del(k)
 				s.markDirty(k)
 				s.rejectedVTEP++
@@ -476,11 +631,13 @@ func (s *state) sweep(now time.Time) {
 			delete(s.members, name)
 		}
 	}
-	for nid, recs := range s.nets {
-		for eid, r := range recs {
-			if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
-				s.del(key{nid, eid})
-				s.expired++
+	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
+		for nid, recs := range tbl {
+			for eid, r := range recs {
+				if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
+					s.del(key{nid, eid})
+					s.expired++
+				}
 			}
 		}
 	}
@@ -501,12 +658,15 @@ func (s *state) sweep(now time.Time) {
 func (s *state) purgeOwner(name string) int {
 	n := 0
 	for k := range s.byOwner[name] {
-		if r := s.get(k); s.visible(r) {
+		r := s.get(k)
+		if s.visible(r) {
 			s.markDirty(k)
 		}
 		s.del(k)
-		s.purged++
-		n++
+		if !r.Member {
+			s.purged++
+			n++
+		}
 	}
 	return n
 }
@@ -560,14 +720,12 @@ func (s *state) takeDirty() []delivery {
 	return out
 }
 
-// allRecords returns the table grouped by network, for push/pull.
-func (s *state) allRecords() []*record {
-	n := 0
-	for _, recs := range s.nets {
-		n += len(recs)
-	}
-	out := make([]*record, 0, n)
-	for _, recs := range s.nets {
+// memberships returns every membership record (tombstones included),
+// grouped by network, for push/pull: memberlist's full state exchange
+// carries who has which network; endpoint records go by push and digest.
+func (s *state) memberships() []*record {
+	var out []*record
+	for _, recs := range s.netm {
 		for _, r := range recs {
 			out = append(out, r)
 		}

@@ -32,8 +32,12 @@ const (
 	netA  = "net-a"
 )
 
+// newTestState is a state that has network netA, joined with the version
+// (epoch, 0): the merge tests see its own sequence numbers from 1.
 func newTestState(self, vtep string, epoch uint64) *state {
-	return newState(self, netip.MustParseAddr(vtep), epoch, grace, ttl, testLogger())
+	s := newState(self, netip.MustParseAddr(vtep), epoch, grace, ttl, testLogger())
+	s.put(&record{NetworkID: netA, EndpointID: s.selfEID, Owner: self, Member: true, Version: Version{epoch, 0}})
+	return s
 }
 
 // join makes name an alive member of s with the given VTEP in its meta.
@@ -62,13 +66,20 @@ func drain(t *testing.T, s *state, now time.Time) []*record {
 	t.Helper()
 	var out []*record
 	for _, r := range s.out {
-		_, recs, err := decodeMessage(encodeRecords(kindRecords, []*record{r}, now), now)
+		m, err := decodeMessage(encodeRecords(kindRecords, []*record{r}, now), now)
 		if err != nil {
 			t.Fatalf("round trip of %+v: %v", r, err)
 		}
-		out = append(out, recs...)
+		out = append(out, m.recs...)
 	}
-	s.out = nil
+	for _, k := range s.push {
+		m, err := decodeMessage(encodeRecords(kindRecords, []*record{s.get(k)}, now), now)
+		if err != nil {
+			t.Fatalf("round trip of %v: %v", k, err)
+		}
+		out = append(out, m.recs...)
+	}
+	s.out, s.push = nil, nil
 	return out
 }
 
@@ -114,9 +125,10 @@ func TestApplyOrdering(t *testing.T) {
 	if got[0].VTEP != netip.MustParseAddr("10.0.0.1") || got[0].Local {
 		t.Errorf("snapshot peer is not remote with the owner's VTEP: %+v", got[0])
 	}
-	// The accepted gossip record is relayed once.
-	if len(s.out) != 1 || s.out[0] != v2 {
-		t.Errorf("relay queue = %v, want the accepted record once", s.out)
+	// Endpoint records come from their owner to every member: nothing is
+	// relayed.
+	if len(s.out) != 0 || len(s.push) != 0 {
+		t.Errorf("relay queue = %v, push queue %v, want both empty", s.out, s.push)
 	}
 	d := s.takeDirty()
 	if len(d) != 1 || !d[0].add || d[0].peer.IPs[0] != netip.MustParseAddr("192.168.0.2") {
@@ -148,14 +160,18 @@ func TestTombstoneBlocksOlderAndRecreateWins(t *testing.T) {
 // (coalesced), as long as the last one does.
 func TestDeleteRecreateAnyOrder(t *testing.T) {
 	owner := newTestState("a", "10.0.0.1", 100)
+	// The owner's three versions: create, delete, re-create.
+	var msgs []*record
 	if err := owner.publish(netA, peer("e1", "192.168.0.1", 1)); err != nil {
 		t.Fatal(err)
 	}
+	msgs = append(msgs, drain(t, owner, t0)...)
 	owner.retract(netA, "e1", t0)
+	msgs = append(msgs, drain(t, owner, t0)...)
 	if err := owner.publish(netA, peer("e1", "192.168.0.9", 9)); err != nil {
 		t.Fatal(err)
 	}
-	msgs := drain(t, owner, t0) // create, delete, re-create
+	msgs = append(msgs, drain(t, owner, t0)...)
 	if len(msgs) != 3 || !msgs[1].Deleted {
 		t.Fatalf("owner emitted %d messages", len(msgs))
 	}
@@ -283,14 +299,17 @@ func TestRecordsOfNonMembers(t *testing.T) {
 func TestTombstoneExpiry(t *testing.T) {
 	owner := newTestState("a", "10.0.0.1", 100)
 	owner.publish(netA, peer("e1", "192.168.0.1", 1))
+	live := owner.get(key{netA, "e1"})
 	owner.retract(netA, "e1", t0)
 	// Sent when the tombstone is 4 minutes old; the receiver's clock is an
 	// hour off: ages, not timestamps, travel.
 	rt := t0.Add(time.Hour)
-	_, msgs, err := decodeMessage(encodeRecords(kindRecords, owner.out, t0.Add(4*time.Minute)), rt)
-	if err != nil || len(msgs) != 2 {
+	sent := []*record{live, owner.get(key{netA, "e1"})}
+	m, err := decodeMessage(encodeRecords(kindRecords, sent, t0.Add(4*time.Minute)), rt)
+	if err != nil || len(m.recs) != 2 {
 		t.Fatalf("decode: %v", err)
 	}
+	msgs := m.recs
 
 	s := newTestState("b", "10.0.0.2", 1)
 	join(s, "a", "10.0.0.1", rt)
@@ -456,12 +475,12 @@ func TestOwnRecordsNotDelivered(t *testing.T) {
 	}
 	// Re-publishing the same content is a no-op; new content is a new version.
 	s.publish(netA, peer("e1", "192.168.0.1", 1))
-	if len(s.out) != 0 {
-		t.Error("identical re-publish broadcast again")
+	if len(s.push) != 0 {
+		t.Error("identical re-publish pushed again")
 	}
 	s.publish(netA, peer("e1", "192.168.0.2", 1))
-	if len(s.out) != 1 {
-		t.Error("changed re-publish not broadcast")
+	if len(s.push) != 1 {
+		t.Error("changed re-publish not pushed")
 	}
 	// Invalid peers are refused.
 	if err := s.publish(netA, peerdb.Peer{EndpointID: "bad", Local: true}); err == nil {
@@ -479,10 +498,11 @@ func TestCodecRoundTrip(t *testing.T) {
 			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}, MAC: mac(4), VTEP: netip.MustParseAddr("2001:db8::1")},
 	}
 	buf := encodeRecords(kindState, recs, t0)
-	kind, got, err := decodeMessage(buf, t0)
-	if err != nil || kind != kindState {
-		t.Fatalf("decode: kind %d, err %v", kind, err)
+	m, err := decodeMessage(buf, t0)
+	if err != nil || m.kind != kindState {
+		t.Fatalf("decode: %+v, err %v", m, err)
 	}
+	got := m.recs
 	if len(got) != len(recs) {
 		t.Fatalf("got %d records", len(got))
 	}
@@ -508,11 +528,11 @@ func TestDecodeMalformed(t *testing.T) {
 		tombRec(netA, "e2", "a", Version{1, 2}, t0),
 	}, t0)
 	for i := range valid {
-		if _, _, err := decodeMessage(valid[:i], t0); err == nil {
+		if _, err := decodeMessage(valid[:i], t0); err == nil {
 			t.Errorf("truncated message (%d of %d bytes) accepted", i, len(valid))
 		}
 	}
-	if _, _, err := decodeMessage(append(bytes.Clone(valid), 0), t0); err == nil {
+	if _, err := decodeMessage(append(bytes.Clone(valid), 0), t0); err == nil {
 		t.Error("trailing byte accepted")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -535,18 +555,18 @@ func TestDecodeMalformed(t *testing.T) {
 	}
 	// Forged huge counts must not allocate beyond the message.
 	huge := []byte{wireMagic, wireVersion, kindState, 0xff, 0xff, 0xff, 0xff, 0x0f}
-	if _, _, err := decodeMessage(huge, t0); err == nil {
+	if _, err := decodeMessage(huge, t0); err == nil {
 		t.Error("forged count accepted")
 	}
 	// Semantically invalid records (multicast MAC, no IPs) are refused.
 	bad := liveRec(netA, "e1", "a", "10.0.0.1", "192.168.0.1", Version{1, 1})
 	bad.MAC[0] = 1
-	if _, _, err := decodeMessage(encodeRecords(kindRecords, []*record{bad}, t0), t0); err == nil {
+	if _, err := decodeMessage(encodeRecords(kindRecords, []*record{bad}, t0), t0); err == nil {
 		t.Error("multicast MAC accepted")
 	}
 	noIP := liveRec(netA, "e1", "a", "10.0.0.1", "192.168.0.1", Version{1, 1})
 	noIP.IPs = nil
-	if _, _, err := decodeMessage(encodeRecords(kindRecords, []*record{noIP}, t0), t0); err == nil {
+	if _, err := decodeMessage(encodeRecords(kindRecords, []*record{noIP}, t0), t0); err == nil {
 		t.Error("record without IPs accepted")
 	}
 }
@@ -558,11 +578,11 @@ func FuzzDecode(f *testing.F) {
 	}, t0))
 	f.Add([]byte{wireMagic, wireVersion, kindRecords})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, recs, err := decodeMessage(b, t0)
+		m, err := decodeMessage(b, t0)
 		if err != nil {
 			return
 		}
-		for _, r := range recs {
+		for _, r := range m.recs {
 			if r.validate() != nil {
 				t.Fatalf("decoded an invalid record %+v", r)
 			}

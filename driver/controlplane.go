@@ -23,6 +23,9 @@ type ControlPlane interface {
 	// NetworkAdded says the network now exists here: its remote endpoints
 	// are to be delivered (again) through AddPeer.
 	NetworkAdded(networkID string)
+	// NetworkRemoved says the network no longer exists here: its remote
+	// endpoints are no longer wanted.
+	NetworkRemoved(networkID string)
 	// NodeHint passes on Docker's word that a swarm node exists at addr.
 	NodeHint(addr netip.Addr)
 }

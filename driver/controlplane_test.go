@@ -20,6 +20,7 @@ type recordingCP struct {
 	published []string
 	retracted []string
 	added     []string
+	removed   []string
 	hints     []netip.Addr
 	snapshot  []peerdb.Peer
 }
@@ -48,6 +49,11 @@ func (c *recordingCP) NetworkAdded(nid string) {
 	defer c.mu.Unlock()
 	c.added = append(c.added, nid)
 }
+func (c *recordingCP) NetworkRemoved(nid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.removed = append(c.removed, nid)
+}
 func (c *recordingCP) NodeHint(a netip.Addr) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,8 +77,13 @@ func TestControlPlaneHooks(t *testing.T) {
 	}
 	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.7"}}))
 	must(t, d.Leave(&api.LeaveRequest{NetworkID: "n1", EndpointID: "e1"}))
+	must(t, d.DeleteEndpoint(&api.DeleteEndpointRequest{NetworkID: "n1", EndpointID: "e1"}))
+	must(t, d.DeleteNetwork(&api.DeleteNetworkRequest{NetworkID: "n1"}))
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
+	if !slices.Equal(cp.removed, []string{"n1"}) {
+		t.Errorf("NetworkRemoved calls: %v", cp.removed)
+	}
 	if !slices.Equal(cp.added, []string{"n1"}) || !slices.Equal(cp.published, []string{"n1/e1"}) ||
 		!slices.Equal(cp.retracted, []string{"n1/e1"}) || !slices.Equal(cp.hints, []netip.Addr{netip.MustParseAddr("198.51.100.7")}) {
 		t.Fatalf("hooks: added %v published %v retracted %v hints %v", cp.added, cp.published, cp.retracted, cp.hints)

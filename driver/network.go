@@ -201,6 +201,9 @@ func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
 	// holder of n.mu removes n.
 	delete(d.networks, n.id)
 	d.mu.Unlock()
+	if cp := d.controlPlane(); cp != nil {
+		cp.NetworkRemoved(n.id)
+	}
 	d.log.Info("deleted network", "network", n.id)
 	return nil
 }

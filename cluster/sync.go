@@ -1,0 +1,190 @@
+package cluster
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Anti-entropy repairs what a push missed (a member that was unreachable,
+// a message lost with a crashed sender, a node that restarted with an
+// empty table). It is a digest exchange per network, in the spirit of
+// Scuttlebutt reconciliation: every SyncInterval a node sends, for each
+// of its networks, its digest of the network to one random member of it.
+// Equal digests end the exchange there, so a converged cluster sends a
+// few dozen bytes per network and interval. Where they differ, the two
+// narrow it down to the owners whose records differ and ship exactly
+// those owners' records of that network, both ways:
+//
+//	A → B  level 0: A's digest of the network
+//	B → A  level 1: B's digest of each owner's records (if they differed)
+//	A → B  level 2: A's records of the owners that differ, and A's digests of them
+//	B → A           B's records of the owners that still differ
+//
+// Records are applied like any other (newer wins), so the exchange
+// converges whatever the order of the messages.
+
+// Levels of a sync entry.
+const (
+	syncNetwork = 0 // the sender's digest of the whole network
+	syncCompare = 1 // the sender's per-owner digests: answer with records and syncFinal
+	syncFinal   = 2 // per-owner digests after a compare: answer with records only
+)
+
+// syncEntry is one network's part of a sync message.
+type syncEntry struct {
+	nid    string
+	level  byte
+	sum    digest        // syncNetwork
+	groups []ownerDigest // syncCompare, syncFinal
+}
+
+type ownerDigest struct {
+	owner string
+	d     digest
+}
+
+// ownerDigests lists the digest of every owner with live records in nid.
+func (s *state) ownerDigests(nid string) []ownerDigest {
+	out := make([]ownerDigest, 0, len(s.digests[nid]))
+	for owner, d := range s.digests[nid] {
+		out = append(out, ownerDigest{owner, *d})
+	}
+	return out
+}
+
+// differing returns the owners whose records of nid differ between this
+// node and a peer with the digests theirs: listed with another digest,
+// or held here and not listed there.
+func (s *state) differing(nid string, theirs []ownerDigest) []string {
+	listed := make(map[string]bool, len(theirs))
+	var out []string
+	for _, g := range theirs {
+		if listed[g.owner] {
+			continue
+		}
+		listed[g.owner] = true
+		if s.ownerDigest(nid, g.owner) != g.d {
+			out = append(out, g.owner)
+		}
+	}
+	for owner := range s.digests[nid] {
+		if !listed[owner] {
+			out = append(out, owner)
+		}
+	}
+	return out
+}
+
+// answerSync works out the reply to a peer's sync entries (after their
+// records were applied): the entries and records to send back.
+func (s *state) answerSync(in []syncEntry) (out []syncEntry, recs []*record) {
+	for _, e := range in {
+		if !s.interested(e.nid) {
+			continue
+		}
+		switch e.level {
+		case syncNetwork:
+			if s.networkDigest(e.nid) != e.sum {
+				out = append(out, syncEntry{nid: e.nid, level: syncCompare, groups: s.ownerDigests(e.nid)})
+			}
+		case syncCompare, syncFinal:
+			owners := s.differing(e.nid, e.groups)
+			if len(owners) == 0 {
+				continue
+			}
+			var mine []ownerDigest
+			for _, o := range owners {
+				recs = append(recs, s.groupRecords(e.nid, o)...)
+				mine = append(mine, ownerDigest{o, s.ownerDigest(e.nid, o)})
+			}
+			if e.level == syncCompare {
+				out = append(out, syncEntry{nid: e.nid, level: syncFinal, groups: mine})
+			}
+		}
+	}
+	return out, recs
+}
+
+// syncTargets picks, for every network this node has, one random alive
+// member of it, and returns the level-0 entries to send to each.
+func (s *state) syncTargets(nids []string) map[string][]syncEntry {
+	out := map[string][]syncEntry{}
+	for _, nid := range nids {
+		if !s.interested(nid) {
+			continue
+		}
+		var alive []*member
+		for _, m := range s.networkMembers(nid) {
+			if m.alive {
+				alive = append(alive, m)
+			}
+		}
+		if len(alive) == 0 {
+			continue
+		}
+		m := alive[rand.IntN(len(alive))]
+		out[m.name] = append(out[m.name], syncEntry{nid: nid, level: syncNetwork, sum: s.networkDigest(nid)})
+	}
+	return out
+}
+
+// ownNetworks lists the networks this node has.
+func (s *state) ownNetworks() []string {
+	var out []string
+	for nid := range s.netm {
+		if s.interested(nid) {
+			out = append(out, nid)
+		}
+	}
+	return out
+}
+
+// syncLoop starts a digest exchange for every network each SyncInterval,
+// and at once for a network this node just joined (c.syncCh).
+func (c *Cluster) syncLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.syncInt)
+	defer t.Stop()
+	for {
+		var nids []string
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.mu.Lock()
+			nids = c.st.ownNetworks()
+			c.mu.Unlock()
+		case <-c.syncCh:
+			c.mu.Lock()
+			nids = c.syncNow
+			c.syncNow = nil
+			c.mu.Unlock()
+		}
+		c.syncRound(nids)
+	}
+}
+
+func (c *Cluster) syncRound(nids []string) {
+	now := c.clock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, entries := range c.st.syncTargets(nids) {
+		c.syncsOut++
+		c.sendLocked(name, encodeSync(c.name, entries, nil, now))
+	}
+}
+
+// handleSync applies a sync message's records and answers its digests.
+func (c *Cluster) handleSync(m *message, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range m.recs {
+		c.st.apply(r, srcSync, now)
+	}
+	c.syncsIn++
+	entries, recs := c.st.answerSync(m.syncs)
+	c.flushLocked()
+	if len(entries) > 0 || len(recs) > 0 {
+		c.sendLocked(m.from, encodeSync(c.name, entries, recs, now))
+	}
+}
