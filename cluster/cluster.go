@@ -93,6 +93,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/hashicorp/memberlist"
 
@@ -252,6 +253,9 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	if len(cfg.NodeName) > maxIDLen {
 		return nil, fmt.Errorf("cluster: NodeName longer than %d bytes", maxIDLen)
+	}
+	if strings.ContainsFunc(cfg.NodeName, unicode.IsControl) {
+		return nil, fmt.Errorf("cluster: NodeName %q has control characters", cfg.NodeName)
 	}
 	adv := cfg.AdvertiseAddr.Unmap()
 	if !adv.IsValid() || adv.IsUnspecified() || adv.IsMulticast() || adv.Zone() != "" {
@@ -867,6 +871,14 @@ type Member struct {
 func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	records := map[string]int{}
+	for _, recs := range c.st.nets {
+		for _, r := range recs {
+			if r.endpoint() {
+				records[r.Owner]++
+			}
+		}
+	}
 	out := make([]Member, 0, len(c.st.members))
 	for _, m := range c.st.members {
 		mm := Member{Name: m.name, Addr: m.addr, VTEP: m.vtep, Epoch: m.epoch, Since: m.since, Self: m.name == c.name}
@@ -878,11 +890,7 @@ func (c *Cluster) Members() []Member {
 		default:
 			mm.State = MemberGone
 		}
-		for k := range c.st.byOwner[m.name] {
-			if c.st.get(k).endpoint() {
-				mm.Records++
-			}
-		}
+		mm.Records = records[m.name]
 		out = append(out, mm)
 	}
 	sortMembers(out)

@@ -560,10 +560,11 @@ func TestNewValidates(t *testing.T) {
 	tr, _ := memnet.New().NewTransport(netip.MustParseAddrPort("10.9.9.9:1"))
 	defer tr.Shutdown()
 	for name, cfg := range map[string]Config{
-		"no name":     {AdvertiseAddr: nodeIP(1), Transport: tr},
-		"no addr":     {NodeName: "x", Transport: tr},
-		"short key":   {NodeName: "x", AdvertiseAddr: nodeIP(1), SecretKey: []byte("short"), Transport: tr},
-		"unspecified": {NodeName: "x", AdvertiseAddr: netip.IPv4Unspecified(), Transport: tr},
+		"no name":      {AdvertiseAddr: nodeIP(1), Transport: tr},
+		"no addr":      {NodeName: "x", Transport: tr},
+		"short key":    {NodeName: "x", AdvertiseAddr: nodeIP(1), SecretKey: []byte("short"), Transport: tr},
+		"unspecified":  {NodeName: "x", AdvertiseAddr: netip.IPv4Unspecified(), Transport: tr},
+		"control char": {NodeName: "\x00members", AdvertiseAddr: nodeIP(1), Transport: tr},
 	} {
 		if c, err := New(cfg); err == nil {
 			c.Close()

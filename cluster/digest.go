@@ -2,11 +2,12 @@ package cluster
 
 import "encoding/binary"
 
-// digest summarises a set of live endpoint records: how many, and the XOR
-// of a hash of each one's (endpoint id, version). Two nodes whose digests
-// of a network (or of one owner's records in it) are equal hold the same
-// live records there; anti-entropy compares digests and ships records
-// only where they differ. Tombstones are left out: a node that never saw
+// digest summarises a set of live records: how many, and the XOR of a
+// hash of each one's (endpoint id, version). Two nodes whose digests of a
+// network (or of one owner's records in it) are equal hold the same live
+// records there; anti-entropy compares digests and ships records only
+// where they differ. A network's memberships form one more group,
+// memberGroup, so that its members also agree on who its members are. Tombstones are left out: a node that never saw
 // a record needs no tombstone for it, and one that holds the record live
 // differs from one that holds its tombstone, so the tombstone is shipped.
 type digest struct {
@@ -43,38 +44,50 @@ func recordHash(r *record) uint64 {
 	return h
 }
 
-// indexDigest accounts r (live endpoint records only) in its network's
-// per-owner digest; unindexDigest takes it out again.
+// memberGroup is the digest group of a network's memberships. No node is
+// named so: memberlist node names are printable.
+const memberGroup = "\x00members"
+
+// group is the digest group r counts in.
+func (r *record) group() string {
+	if r.Member {
+		return memberGroup
+	}
+	return r.Owner
+}
+
+// indexDigest accounts r (live records only) in its network's digest of
+// its group; unindexDigest takes it out again.
 func (s *state) indexDigest(r *record) {
-	if !r.endpoint() {
+	if r.Deleted {
 		return
 	}
-	owners := s.digests[r.NetworkID]
-	if owners == nil {
-		owners = map[string]*digest{}
-		s.digests[r.NetworkID] = owners
+	groups := s.digests[r.NetworkID]
+	if groups == nil {
+		groups = map[string]*digest{}
+		s.digests[r.NetworkID] = groups
 	}
-	d := owners[r.Owner]
+	d := groups[r.group()]
 	if d == nil {
 		d = &digest{}
-		owners[r.Owner] = d
+		groups[r.group()] = d
 	}
 	d.add(r)
 }
 
 func (s *state) unindexDigest(r *record) {
-	if !r.endpoint() {
+	if r.Deleted {
 		return
 	}
-	owners := s.digests[r.NetworkID]
-	d := owners[r.Owner]
+	groups := s.digests[r.NetworkID]
+	d := groups[r.group()]
 	if d == nil {
 		return
 	}
 	d.remove(r)
 	if d.zero() {
-		delete(owners, r.Owner)
-		if len(owners) == 0 {
+		delete(groups, r.group())
+		if len(groups) == 0 {
 			delete(s.digests, r.NetworkID)
 		}
 	}
@@ -98,15 +111,22 @@ func (s *state) ownerDigest(nid, owner string) digest {
 	return digest{}
 }
 
-// groupRecords returns owner's records of nid, tombstones included, for
-// a peer whose digest differs.
-func (s *state) groupRecords(nid, owner string) []*record {
+// groupRecords returns the records of nid in any of groups, tombstones
+// included, for a peer whose digests of them differ.
+func (s *state) groupRecords(nid string, groups []string) []*record {
+	want := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		want[g] = true
+	}
 	var out []*record
-	for k := range s.byOwner[owner] {
-		if k.nid == nid {
-			if r := s.get(k); r != nil && !r.Member {
-				out = append(out, r)
-			}
+	if want[memberGroup] {
+		for _, r := range s.netm[nid] {
+			out = append(out, r)
+		}
+	}
+	for _, r := range s.nets[nid] {
+		if want[r.Owner] {
+			out = append(out, r)
 		}
 	}
 	return out

@@ -22,7 +22,7 @@ func TestMembershipScopesRecords(t *testing.T) {
 		t.Fatal("membership not applied")
 	}
 	if !slices.Equal(s.joins, []netJoin{{"a", netA}}) || len(s.out) != 1 {
-		t.Fatalf("joins %v, relayed %d: want a due this node's records, the membership relayed", s.joins, len(s.out))
+		t.Fatalf("joins %v, relayed %d: want a due this node's records, the membership relayed by a member", s.joins, len(s.out))
 	}
 	s.joins, s.out = nil, nil
 	// The same incarnation again (a newer version) is no news; a new

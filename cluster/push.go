@@ -75,7 +75,14 @@ func (c *Cluster) flushLocked() {
 		members := map[string][]*member{}
 		for _, k := range c.st.push {
 			ms, ok := members[k.nid]
-			if !ok {
+			if isMemberEID(k.eid) {
+				// This node joined or left the network: everyone keeps
+				// memberships, and a member that learns of a new one at
+				// once pushes it its records, so every node is told at
+				// once. It happens once per network and node, in one
+				// message per node with whatever else is due to it.
+				ms = c.st.aliveMembers()
+			} else if !ok {
 				ms = c.st.networkMembers(k.nid)
 				members[k.nid] = ms
 			}
@@ -88,7 +95,7 @@ func (c *Cluster) flushLocked() {
 		c.st.push = c.st.push[:0]
 	}
 	for _, j := range c.st.joins {
-		for k := range c.st.byOwner[c.name] {
+		for k := range c.st.own {
 			if k.nid == j.nid && !isMemberEID(k.eid) {
 				c.pushLocked(j.node, k)
 			}

@@ -120,6 +120,9 @@ func (r *record) validate() error {
 			return fmt.Errorf("record: %s length %d out of range [1,%d]", s.what, len(s.v), s.max)
 		}
 	}
+	if isMemberEID(r.Owner) {
+		return fmt.Errorf("record: owner %q starts with a NUL byte", r.Owner)
+	}
 	if r.Member {
 		if r.EndpointID != memberEID(r.Owner) {
 			return fmt.Errorf("membership record of %s under endpoint id %q", r.Owner, r.EndpointID)

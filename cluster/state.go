@@ -90,7 +90,7 @@ type state struct {
 	nets    map[string]map[string]*record // network id → endpoint id → endpoint record
 	netm    map[string]map[string]*record // network id → memberEID(owner) → membership record
 	digests map[string]map[string]*digest // network id → owner → digest of its live endpoint records
-	byOwner map[string]map[key]struct{}   // owner → its keys (live and tombstones)
+	own     map[key]struct{}              // this node's keys (live and tombstones); others' are found by scanning
 	members map[string]*member
 	pending map[string]map[key]pendingRec // owner → newest record per key
 	npend   int
@@ -123,7 +123,7 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 		nets:        map[string]map[string]*record{},
 		netm:        map[string]map[string]*record{},
 		digests:     map[string]map[string]*digest{},
-		byOwner:     map[string]map[key]struct{}{},
+		own:         map[key]struct{}{},
 		members:     map[string]*member{},
 		pending:     map[string]map[key]pendingRec{},
 		dirty:       map[key]struct{}{},
@@ -147,8 +147,8 @@ func (s *state) put(r *record) {
 	k := r.key()
 	if old := s.get(k); old != nil {
 		s.unindexDigest(old)
-		if old.Owner != r.Owner {
-			s.unindex(old.Owner, k)
+		if old.Owner == s.self && r.Owner != s.self {
+			delete(s.own, k)
 		}
 	}
 	s.indexDigest(r)
@@ -159,12 +159,9 @@ func (s *state) put(r *record) {
 		tbl[k.nid] = recs
 	}
 	recs[k.eid] = r
-	idx := s.byOwner[r.Owner]
-	if idx == nil {
-		idx = map[key]struct{}{}
-		s.byOwner[r.Owner] = idx
+	if r.Owner == s.self {
+		s.own[k] = struct{}{}
 	}
-	idx[k] = struct{}{}
 }
 
 func (s *state) del(k key) {
@@ -172,22 +169,13 @@ func (s *state) del(k key) {
 	if old == nil {
 		return
 	}
-	s.unindex(old.Owner, k)
+	delete(s.own, k)
 	s.unindexDigest(old)
 	tbl := s.table(k)
 	recs := tbl[k.nid]
 	delete(recs, k.eid)
 	if len(recs) == 0 {
 		delete(tbl, k.nid)
-	}
-}
-
-func (s *state) unindex(owner string, k key) {
-	if idx := s.byOwner[owner]; idx != nil {
-		delete(idx, k)
-		if len(idx) == 0 {
-			delete(s.byOwner, owner)
-		}
 	}
 }
 
@@ -253,17 +241,28 @@ func (s *state) leaveNetwork(nid string, now time.Time) {
 // that no longer has the network never retracts them one by one). They
 // become tombstones at v, so a late copy of one cannot come back.
 func (s *state) ownerLeft(owner, nid string, v Version, now time.Time) {
-	for k := range s.byOwner[owner] {
-		r := s.get(k)
-		if k.nid != nid || !r.endpoint() || r.Version.Compare(v) >= 0 {
+	for eid, r := range s.nets[nid] {
+		if r.Owner != owner || !r.endpoint() || r.Version.Compare(v) >= 0 {
 			continue
 		}
-		t := &record{NetworkID: nid, EndpointID: k.eid, Owner: owner, Version: v, Deleted: true, DeletedAt: now}
+		k := key{nid, eid}
+		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: now}
 		if s.visible(r) {
 			s.markDirty(k)
 		}
 		s.put(t)
 	}
+}
+
+// aliveMembers returns the other alive nodes.
+func (s *state) aliveMembers() []*member {
+	out := make([]*member, 0, len(s.members))
+	for _, m := range s.members {
+		if m.alive && m.name != s.self {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // networkMembers returns the other nodes that have nid, alive or not.
@@ -418,19 +417,22 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 	if r.Member {
 		s.memberChanged(cur, r, now)
 	}
-	switch {
-	case src == srcState:
+	// Endpoint records are never relayed: an owner pushes to every member
+	// it knows, and anti-entropy repairs the rest (relaying every record on
+	// every host is what saturated the broadcast queues). A membership
+	// that came by gossip is relayed once by the members of its network,
+	// which need it most and are a bounded share of the cluster: that
+	// spreads the news of a new member in a few gossip rounds.
+	switch src {
+	case srcState:
 		s.acceptedFromState++
-	case src == srcSync:
+	case srcSync:
 		s.acceptedFromSync++
-	case src == srcGossip && r.Member:
-		s.accepted++
-		// Relay: memberlist sends a broadcast only from the node that
-		// queued it, to a few nodes; re-queueing on first acceptance makes
-		// it epidemic. Each node relays each version at most once.
-		s.out = append(s.out, r)
 	default:
-		s.accepted++ // pushed by its owner to every member: nothing to relay
+		s.accepted++
+	}
+	if src == srcGossip && r.Member && s.interested(r.NetworkID) {
+		s.out = append(s.out, r)
 	}
 	return true
 }
@@ -513,7 +515,7 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 func (s *state) bumpEpoch(seen uint64) {
 	s.epoch = max(s.epoch, seen) + 1
 	s.epochBumps++
-	for k := range s.byOwner[s.self] {
+	for k := range s.own {
 		n := s.get(k).clone()
 		n.Version = s.stamp()
 		s.put(n)
@@ -568,18 +570,12 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 			s.log.Info("member's VTEP changed", "member", name, "old", m.vtep, "new", vtep)
 			s.setData(m, nil) // the old VTEP's data goes with it
 		}
-		m.vtep, m.epoch = vtep, epoch
-		s.setData(m, data)
-	}
-	// Re-validate what we hold from it against its current address.
-	if m.vtep.IsValid() {
-		for k := range s.byOwner[name] {
-			if r := s.get(k); r.endpoint() && r.VTEP != m.vtep {
-				s.del(k)
-				s.markDirty(k)
-				s.rejectedVTEP++
-			}
+		if m.vtep != vtep {
+			m.vtep = vtep
+			s.revalidate(name, vtep)
 		}
+		m.epoch = epoch
+		s.setData(m, data)
 	}
 	if p := s.pending[name]; p != nil {
 		delete(s.pending, name)
@@ -655,9 +651,36 @@ func (s *state) sweep(now time.Time) {
 	}
 }
 
+// revalidate drops the records held from owner whose VTEP is not vtep,
+// its address now known or changed.
+func (s *state) revalidate(owner string, vtep netip.Addr) {
+	for _, k := range s.ownedBy(owner) {
+		if r := s.get(k); r.endpoint() && r.VTEP != vtep {
+			s.del(k)
+			s.markDirty(k)
+			s.rejectedVTEP++
+		}
+	}
+}
+
+// ownedBy returns the keys of owner's records, memberships included.
+func (s *state) ownedBy(owner string) []key {
+	var out []key
+	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
+		for nid, recs := range tbl {
+			for eid, r := range recs {
+				if r.Owner == owner {
+					out = append(out, key{nid, eid})
+				}
+			}
+		}
+	}
+	return out
+}
+
 func (s *state) purgeOwner(name string) int {
 	n := 0
-	for k := range s.byOwner[name] {
+	for _, k := range s.ownedBy(name) {
 		r := s.get(k)
 		if s.visible(r) {
 			s.markDirty(k)

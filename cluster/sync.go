@@ -92,9 +92,9 @@ func (s *state) answerSync(in []syncEntry) (out []syncEntry, recs []*record) {
 			if len(owners) == 0 {
 				continue
 			}
-			var mine []ownerDigest
+			recs = append(recs, s.groupRecords(e.nid, owners)...)
+			mine := make([]ownerDigest, 0, len(owners))
 			for _, o := range owners {
-				recs = append(recs, s.groupRecords(e.nid, o)...)
 				mine = append(mine, ownerDigest{o, s.ownerDigest(e.nid, o)})
 			}
 			if e.level == syncCompare {
