@@ -82,16 +82,20 @@ var (
 	clGauges = map[string]*prometheus.Desc{
 		"alive":     desc("gossip_members_alive", "Gossip members alive, this node included."),
 		"gone":      desc("gossip_members_gone", "Gossip members gone whose records are still kept (within the dead grace)."),
-		"records":   desc("gossip_records", "Live endpoint records, own and remote."),
+		"records":   desc("gossip_records", "Live endpoint records, own and remote, of the networks this node has."),
+		"networks":  desc("gossip_networks", "Networks this node has, whose records it receives."),
+		"members":   desc("gossip_memberships", "Nodes' live memberships of networks, cluster-wide."),
 		"own":       desc("gossip_own_records", "Live endpoint records published by this node."),
 		"tombs":     desc("gossip_tombstones", "Tombstones of deleted endpoints kept."),
 		"pending":   desc("gossip_pending_records", "Records held until their owner joins."),
-		"broadcast": desc("gossip_broadcasts_queued", "Record broadcasts waiting to be sent."),
+		"broadcast": desc("gossip_broadcasts_queued", "Membership broadcasts waiting to be sent."),
 	}
 	clBytes    = desc("gossip_bytes_total", "Payload bytes of the plugin's gossip (messages and push/pull state), by direction.", "direction")
 	clMsgs     = desc("gossip_messages_received_total", "Gossip messages received.")
 	clStates   = desc("gossip_push_pulls_total", "Push/pull state exchanges, by direction (sent, received).", "direction")
-	clAccepted = desc("gossip_records_accepted_total", "Remote record updates applied, by source (gossip, push_pull).", "source")
+	clAccepted = desc("gossip_records_accepted_total", "Remote record updates applied, by source (push: from their owner or by gossip; anti_entropy; push_pull).", "source")
+	clPushes   = desc("gossip_pushes_total", "Messages sent straight to a member (pushes and anti-entropy), by result (sent, failed, dropped: the member was gone).", "result")
+	clSyncs    = desc("gossip_anti_entropy_total", "Anti-entropy digest exchanges, by direction (started, received).", "direction")
 	clStale    = desc("gossip_records_stale_total", "Remote record updates older than or equal to what is held.")
 	clRejected = desc("gossip_records_rejected_total", "Remote records rejected, by reason.", "reason")
 	clOther    = map[string]*prometheus.Desc{
@@ -103,6 +107,7 @@ var (
 		"delivered": desc("gossip_deliveries_total", "Remote endpoint changes handed to the driver."),
 		"sinkErr":   desc("gossip_delivery_errors_total", "Remote endpoint changes the driver did not apply."),
 		"metaPush":  desc("gossip_meta_push_pulls_total", "Push/pull rounds that carried a change of this node's meta (its keys)."),
+		"ignored":   desc("gossip_records_ignored_total", "Endpoint records received for networks this node does not have."),
 	}
 
 	encUp          = desc("encryption_supported", "1 when this host can serve encrypted networks (secret set, kernel has ESP with AES-GCM).")
@@ -172,7 +177,7 @@ func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkState) {
 
 func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	for k, v := range map[string]int{"alive": s.MembersAlive, "gone": s.MembersGone, "records": s.Records, "own": s.OwnRecords,
-		"tombs": s.Tombstones, "pending": s.Pending, "broadcast": s.BroadcastsQueued} {
+		"tombs": s.Tombstones, "pending": s.Pending, "broadcast": s.BroadcastsQueued, "networks": s.Networks, "members": s.Memberships} {
 		gauge(ch, clGauges[k], float64(v))
 	}
 	counter(ch, clBytes, s.BytesSent, "sent")
@@ -180,8 +185,14 @@ func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	counter(ch, clMsgs, s.MessagesReceived)
 	counter(ch, clStates, s.StatesSent, "sent")
 	counter(ch, clStates, s.StatesReceived, "received")
-	counter(ch, clAccepted, s.Accepted, "gossip")
+	counter(ch, clAccepted, s.Accepted, "push")
+	counter(ch, clAccepted, s.AcceptedFromSync, "anti_entropy")
 	counter(ch, clAccepted, s.AcceptedFromState, "push_pull")
+	counter(ch, clPushes, s.PushesSent, "sent")
+	counter(ch, clPushes, s.PushErrors, "failed")
+	counter(ch, clPushes, s.PushesDropped, "dropped")
+	counter(ch, clSyncs, s.SyncsSent, "started")
+	counter(ch, clSyncs, s.SyncsReceived, "received")
 	counter(ch, clStale, s.Stale)
 	counter(ch, clRejected, s.RejectedForeignOwner, "foreign_owner")
 	counter(ch, clRejected, s.RejectedVTEP, "vtep_mismatch")
@@ -189,7 +200,7 @@ func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	counter(ch, clRejected, s.DecodeErrors, "malformed")
 	for k, v := range map[string]uint64{"retracted": s.Retracted, "purged": s.Purged, "expired": s.ExpiredTombstones,
 		"dropped": s.PendingDropped, "epochs": s.EpochBumps, "delivered": s.Deliveries, "sinkErr": s.SinkErrors,
-		"metaPush": s.MetaPushPulls} {
+		"metaPush": s.MetaPushPulls, "ignored": s.Ignored} {
 		counter(ch, clOther[k], v)
 	}
 }
