@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -163,4 +164,32 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// guardRSS panics, ending the test binary, once the resident set passes
+// limit bytes: a scenario that does not fit must fail, not take the
+// machine's memory. It polls on the real clock, from outside any bubble.
+func guardRSS(limit uint64) (stop func()) {
+	done := make(chan struct{})
+	page := uint64(os.Getpagesize())
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var size, rss uint64
+			b, err := os.ReadFile("/proc/self/statm")
+			if err == nil {
+				_, err = fmt.Sscan(string(b), &size, &rss)
+			}
+			if err == nil && rss*page > limit {
+				panic(fmt.Sprintf("scale: resident set %s passed the limit of %s (-scale.max-rss-gib): the scenario does not fit", kib(float64(rss*page)), kib(float64(limit))))
+			}
+		}
+	}()
+	return sync.OnceFunc(func() { close(done) })
 }

@@ -76,6 +76,7 @@ var (
 	flagProfile   = flag.String("scale.cpuprofile", "", "write a CPU profile of the rollout (first Join until convergence) to this file")
 	flagMemProf   = flag.String("scale.memprofile", "", "write a heap profile taken after the steady-state window to this file")
 	flagTimeout   = flag.Duration("scale.timeout", 15*time.Minute, "give up (and fail) if membership or convergence is not reached within this (simulated) time")
+	flagMaxRSS    = flag.Uint64("scale.max-rss-gib", 20, "abort the test binary if its resident set passes this many GiB, before the machine runs out of memory")
 	flagOut       = flag.String("scale.out", "", "results file (Markdown; JSON next to it). Default: build/scale/<scenario>[-realtime].md, none for small")
 )
 
@@ -137,11 +138,19 @@ func TestScale(t *testing.T) {
 	t.Logf("scenario %s: %s; %s", p.Name, p.Desc, map[bool]string{true: "real time", false: "virtual time (synctest)"}[p.Realtime])
 	res := &results{Params: p}
 	res.env() // outside the bubble: its clock reads 2000-01-01
+	defer guardRSS(*flagMaxRSS << 30)()
 	wall := wallNow()
 	if p.Realtime {
 		run(t, p, res)
 	} else {
-		synctest.Test(t, func(t *testing.T) { run(t, p, res) })
+		synctest.Test(t, func(t *testing.T) {
+			// The bubble's clock stops when this returns, yet memberlist's
+			// probes and streams outlive its Shutdown until they time out
+			// (TCPTimeout 10 s at most): give them that time, last of all
+			// the cleanups.
+			t.Cleanup(func() { time.Sleep(15 * time.Second) })
+			run(t, p, res)
+		})
 	}
 	res.Phases.WallTotal = wallNow() - wall
 	res.Memory.PeakRSS = peakRSS()
