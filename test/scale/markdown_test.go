@@ -76,8 +76,8 @@ func (r *results) markdown() string {
 	f("| source | %s |", r.Git)
 	f("| hosts | %d (seeds: the first %d) |", p.Nodes, p.Seeds)
 	f("| networks | %d, each host in %d (%d hosts per network), each network created only on its hosts |", p.Networks, p.NetsPerHost, p.Nodes*p.NetsPerHost/p.Networks)
-	f("| endpoints | %d (%d per network, spread evenly over its hosts; IPv4) |", p.Endpoints, p.Endpoints/p.Networks)
-	f("| rollout | %d waves of %d endpoints, one every %v; hosts in parallel, sequential within a host |", p.Waves, p.WaveSize, p.WaveInterval)
+	f("| endpoints | %d (%d per network, spread evenly over its hosts; IPv4); the first %d joined, one per host, and converged before the measured rollout |", p.Endpoints, p.Endpoints/p.Networks, p.Warm)
+	f("| measured rollout | %d waves of %d endpoints, one every %v; hosts in parallel, sequential within a host |", p.Waves, p.WaveSize, p.WaveInterval)
 	f("| links | memnet, one-way latency %v per packet, a round trip per stream dial, no loss |", p.Latency)
 	f("| memberlist | DefaultLANConfig as the cluster ships it: GossipInterval %s, GossipNodes 3, PushPullInterval %s (memberlist scales it ×%d at %d hosts), ProbeInterval %s, SuspicionMult %s, compression %v |",
 		set(p.GossipInterval, "200ms"), set(p.PushPullInterval, "10s"), pushPullScale(p.Nodes), p.Nodes, set(p.ProbeInterval, "1s"), map[bool]string{true: "4 (shipped)", false: fmt.Sprint(p.SuspicionMult)}[p.SuspicionMult == 0], p.Compression)

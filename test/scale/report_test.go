@@ -166,11 +166,13 @@ func quantile(v []time.Duration, q float64) time.Duration {
 	return v[min(max(i, 0), len(v)-1)]
 }
 
-func (r *results) convergence(tr *tracker, rollStart int64, waveAt []time.Duration) {
+// convergence computes the figures of the measured endpoints, in their
+// rollout order.
+func (r *results) convergence(tr *tracker, measured []int32, rollStart int64, waveAt []time.Duration) {
 	p, l := r.Params, tr.l
 	var per, done, pairs []time.Duration
 	waves := make([][]time.Duration, p.Waves)
-	for i, g := range l.order {
+	for i, g := range measured {
 		j := tr.joinAt[g].Load()
 		for _, h := range l.netHosts[l.netOf(int(g))] {
 			if h == int(l.owner[g]) {
@@ -204,7 +206,7 @@ func (r *results) convergence(tr *tracker, rollStart int64, waveAt []time.Durati
 	c.Curve = [][2]float64{{0, 0}}
 	for i := range min(points, len(done)) {
 		k := (i+1)*len(done)/min(points, len(done)) - 1
-		c.Curve = append(c.Curve, [2]float64{done[k].Seconds(), float64(k+1) / float64(len(l.order))})
+		c.Curve = append(c.Curve, [2]float64{done[k].Seconds(), float64(k+1) / float64(len(measured))})
 	}
 }
 

@@ -80,49 +80,32 @@ func run(t *testing.T, p params, res *results) {
 	res.Membership.GoroutinesPerNode = float64(runtime.NumGoroutine()-gor0) / float64(p.Nodes)
 
 	createNetworks(t, nodes, l)
+	if p.Warm > 0 {
+		joinWave(t, nodes, tr, l.order[:p.Warm])
+		if !waitFor(p.Timeout, 10*time.Millisecond, func() bool { return tr.complete.Load() == int64(p.Warm) }) {
+			t.Fatalf("the %d warm endpoints did not converge within %v", p.Warm, p.Timeout)
+		}
+		tr.complete.Store(0)
+	}
 
-	// Rollout: wave w joins the endpoints order[w*WaveSize:...], hosts in
-	// parallel, each host's sequentially; waves start every WaveInterval
+	// Rollout: wave w joins the next WaveSize endpoints of the order, hosts
+	// in parallel, each host's sequentially; waves start every WaveInterval
 	// (or as soon as the previous one's joins returned, if later).
+	measured := l.order[p.Warm:]
 	trafficStart := snapTraffic(nodes)
 	stopProfile := startProfile(t)
 	defer stopProfile()
 	roll := startWatch()
 	rollStartNs := tr.now()
 	waveAt := make([]time.Duration, p.Waves)
-	var joinErrs sync.Map
 	for w := range p.Waves {
 		if d := time.Until(roll.at.Add(time.Duration(w) * p.WaveInterval)); d > 0 {
 			time.Sleep(d)
 		}
 		waveAt[w] = time.Since(roll.at)
-		byHost := make([][]int32, p.Nodes)
-		for _, g := range l.order[w*p.WaveSize : min((w+1)*p.WaveSize, len(l.order))] {
-			byHost[l.owner[g]] = append(byHost[l.owner[g]], g)
-		}
-		var wg sync.WaitGroup
-		for h, eps := range byHost {
-			if len(eps) == 0 {
-				continue
-			}
-			wg.Go(func() {
-				for _, g := range eps {
-					if err := joinEndpoint(nodes[h].d, tr, netID(l.netOf(int(g))), int(g)); err != nil {
-						joinErrs.Store(g, err)
-					}
-				}
-			})
-		}
-		wg.Wait()
+		joinWave(t, nodes, tr, measured[w*p.WaveSize:min((w+1)*p.WaveSize, len(measured))])
 	}
 	res.Phases.JoinsIssued = roll.span()
-	joinErrs.Range(func(k, v any) bool {
-		t.Errorf("endpoint %d: %v", k, v)
-		return true
-	})
-	if t.Failed() {
-		t.FailNow()
-	}
 
 	// Convergence: every endpoint programmed on every host of its network.
 	lastLog := startWatch()
@@ -130,10 +113,10 @@ func run(t *testing.T, p params, res *results) {
 		if time.Since(lastLog.at) >= 5*time.Second {
 			s := lastLog.span()
 			t.Logf("t+%v (%v real): %d/%d endpoints programmed everywhere; %.2f cores per simulated second; %s", time.Since(roll.at).Round(time.Second),
-				(wallNow() - roll.wall).Round(time.Second), tr.complete.Load(), p.Endpoints, s.CoresSimulated, health(nodes, p.Nodes))
+				(wallNow() - roll.wall).Round(time.Second), tr.complete.Load(), len(measured), s.CoresSimulated, health(nodes, p.Nodes))
 			lastLog = startWatch()
 		}
-		return tr.complete.Load() == int64(p.Endpoints)
+		return tr.complete.Load() == int64(len(measured))
 	})
 	res.Phases.Convergence = roll.span()
 	stopProfile()
@@ -141,12 +124,12 @@ func run(t *testing.T, p params, res *results) {
 	res.Converged = ok
 	if !ok {
 		t.Errorf("not converged within %v: %d/%d endpoints programmed everywhere; %s",
-			p.Timeout, tr.complete.Load(), p.Endpoints, lagging(nodes, tr))
+			p.Timeout, tr.complete.Load(), len(measured), lagging(nodes, tr))
 	}
-	res.convergence(tr, rollStartNs, waveAt)
+	res.convergence(tr, measured, rollStartNs, waveAt)
 	res.Gossip.Rollout = rates(trafficStart, trafficConv, p.Nodes)
 	res.clusterStats(nodes, "atConvergence")
-	t.Logf("%d endpoints converged: p50 %v p99 %v max %v", p.Endpoints, res.Convergence.P50, res.Convergence.P99, res.Convergence.Max)
+	t.Logf("%d endpoints converged: p50 %v p99 %v max %v", len(measured), res.Convergence.P50, res.Convergence.P99, res.Convergence.Max)
 
 	// Steady state: nothing changes; what is left is queued retransmissions,
 	// push/pull anti-entropy and memberlist's probes.
@@ -214,6 +197,35 @@ func createNetworks(t *testing.T, nodes []*node, l *layout) {
 				t.Fatalf("create network %d on %s: %v", n, nodeName(h), err)
 			}
 		}
+	}
+}
+
+// joinWave joins eps, hosts in parallel, each host's in order.
+func joinWave(t *testing.T, nodes []*node, tr *tracker, eps []int32) {
+	byHost := make([][]int32, len(nodes))
+	for _, g := range eps {
+		byHost[tr.l.owner[g]] = append(byHost[tr.l.owner[g]], g)
+	}
+	var wg sync.WaitGroup
+	var errs sync.Map
+	for h, eps := range byHost {
+		if len(eps) > 0 {
+			wg.Go(func() {
+				for _, g := range eps {
+					if err := joinEndpoint(nodes[h].d, tr, netID(tr.l.netOf(int(g))), int(g)); err != nil {
+						errs.Store(g, err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	errs.Range(func(k, v any) bool {
+		t.Errorf("endpoint %d: %v", k, v)
+		return true
+	})
+	if t.Failed() {
+		t.FailNow()
 	}
 }
 
