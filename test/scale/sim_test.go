@@ -25,11 +25,10 @@ import (
 )
 
 // Addressing. Node i gossips at 192.168.0.1+i:7947 and uses that address
-// as its VTEP; endpoint g (global
-// index, see layout) has 10.0.0.0+2+g in its network's 10.0.0.0/8 pool
-// (every network has that pool; the addresses are unique across networks
-// nonetheless, so an IP names its endpoint) and Docker's MAC for it,
-// 02:42:<IPv4>.
+// as its VTEP; endpoint g (global index, see layout) has 10.0.0.0+2+g in
+// its network's 10.0.0.0/8 pool (every network has that pool; addresses
+// are unique across networks nonetheless, so an IP names its endpoint)
+// and Docker's MAC for it, 02:42:<IPv4>.
 const (
 	gossipPort  = cluster.DefaultBindPort
 	vxlanPort   = 4789
