@@ -6,7 +6,8 @@
 // while others run, a node that is shut down (crashed) no longer blocks its
 // senders (packets to it are dropped, dials to it are refused, like UDP and
 // TCP), its address can be reused by a restarted node, and a filter can
-// drop traffic between chosen nodes (partitions, lossy links).
+// drop traffic between chosen nodes (partitions, lossy links). An optional
+// one-way latency delays packets and connection setup.
 package memnet
 
 import (
@@ -33,6 +34,8 @@ type Network struct {
 	mu     sync.Mutex
 	nodes  map[netip.AddrPort]*Transport
 	filter Filter
+	// latency is the one-way delay of every link, in nanoseconds.
+	latency atomic.Int64
 }
 
 // New returns an empty network.
@@ -44,6 +47,11 @@ func (n *Network) SetFilter(f Filter) {
 	n.filter = f
 	n.mu.Unlock()
 }
+
+// SetLatency delays every packet by d, and every dial by a round trip
+// (2d, the TCP handshake); bytes on an established stream are not delayed.
+// 0, the default, delivers at once.
+func (n *Network) SetLatency(d time.Duration) { n.latency.Store(int64(d)) }
 
 // NewTransport attaches a transport at addr. The address must be free: a
 // previous transport there must have been shut down.
@@ -127,16 +135,25 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 		return now, nil
 	}
 	p := &memberlist.Packet{Buf: bytes.Clone(b), From: net.UDPAddrFromAddrPort(t.addr), Timestamp: now}
+	if d := time.Duration(t.net.latency.Load()); d > 0 {
+		time.AfterFunc(d, func() { t.deliver(dst, p) })
+	} else {
+		t.deliver(dst, p)
+	}
+	return now, nil
+}
+
+// deliver queues p at dst, or drops it if dst is gone or its queue is full.
+func (t *Transport) deliver(dst *Transport, p *memberlist.Packet) {
 	select {
 	case <-dst.done:
 		t.PacketsDropped.Add(1)
 	case dst.packetCh <- p:
 		dst.PacketsReceived.Add(1)
-		dst.BytesReceived.Add(uint64(len(b)))
+		dst.BytesReceived.Add(uint64(len(p.Buf)))
 	default:
 		t.PacketsDropped.Add(1)
 	}
-	return now, nil
 }
 
 func (t *Transport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
@@ -162,10 +179,17 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		return nil, fmt.Errorf("memnet: %s: connection refused", dst.addr)
 	default:
 	}
-	near, far := net.Pipe()
-	local, remote := net.TCPAddrFromAddrPort(t.addr), net.TCPAddrFromAddrPort(dst.addr)
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	if d := time.Duration(t.net.latency.Load()); d > 0 {
+		select {
+		case <-time.After(2 * d):
+		case <-timer.C:
+			return nil, fmt.Errorf("memnet: dial %s timed out", dst.addr)
+		}
+	}
+	near, far := net.Pipe()
+	local, remote := net.TCPAddrFromAddrPort(t.addr), net.TCPAddrFromAddrPort(dst.addr)
 	select {
 	case dst.streamCh <- &conn{Conn: far, local: remote, remote: local, t: dst}:
 		return &conn{Conn: near, local: local, remote: remote, t: t}, nil

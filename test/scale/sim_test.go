@@ -1,7 +1,6 @@
 package scale
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -9,8 +8,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,9 +24,11 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
-// Addressing. Node i gossips at 192.168.0.0+1+i:7947 and uses that address
-// as its VTEP; endpoint g (global index, node g/perNode) has 10.0.0.0+2+g
-// in the network's 10.0.0.0/8 pool and Docker's MAC for it, 02:42:<IPv4>.
+// Addressing. Node i gossips at 192.168.0.1+i:7947 and uses that address
+// as its VTEP; endpoint g (global index, see layout) has 10.0.0.0+2+g in
+// its network's 10.0.0.0/8 pool (every network has that pool; addresses
+// are unique across networks nonetheless, so an IP names its endpoint)
+// and Docker's MAC for it, 02:42:<IPv4>.
 const (
 	gossipPort  = cluster.DefaultBindPort
 	vxlanPort   = 4789
@@ -50,7 +49,8 @@ func u32Addr(v uint32) netip.Addr {
 
 func nodeIP(i int) netip.Addr { return u32Addr(vtepBase + uint32(i)) }
 func epIP(g int) netip.Addr   { return u32Addr(epBase + uint32(g)) }
-func nodeName(i int) string   { return fmt.Sprintf("host%03d", i) }
+func nodeName(i int) string   { return fmt.Sprintf("host%04d", i) }
+func netID(n int) string      { return hexID("network", n) }
 func epMAC(g int) hwaddr.MAC {
 	ip := epIP(g).As4()
 	return hwaddr.MAC{0x02, 0x42, ip[0], ip[1], ip[2], ip[3]}
@@ -62,36 +62,41 @@ func hexID(kind string, i int) string {
 	return hex.EncodeToString(s[:])
 }
 
-// tracker records, for every (node, endpoint), when the endpoint's
-// neighbour entry first appeared in that node's sandbox, and for every
-// endpoint when the last other node programmed it. All times are
-// nanoseconds on the monotonic clock since t0 (never 0 once set).
+// tracker records, for every (host, endpoint of one of its networks),
+// when the endpoint's neighbour entry first appeared in that host's
+// sandbox of the network, and for every endpoint when the last of its
+// network's other hosts programmed it. All times are nanoseconds since t0
+// (never 0 once set), virtual in the synctest bubble.
 type tracker struct {
 	t0       time.Time
-	nodes    int
-	perNode  int
-	eps      int
+	l        *layout
+	nets     map[string]int // network ID → index; read-only
 	joinAt   []atomic.Int64 // by endpoint: just before its Join
-	progAt   []atomic.Int64 // by node*eps + endpoint: first SetNeighbor
-	count    []atomic.Int32 // by endpoint: other nodes that programmed it
-	doneAt   []atomic.Int64 // by endpoint: when count reached nodes-1
-	complete atomic.Int64   // endpoints programmed on every other node
+	progAt   []atomic.Int64 // by layout slot: first SetNeighbor
+	count    []atomic.Int32 // by endpoint: other hosts that programmed it
+	doneAt   []atomic.Int64 // by endpoint: when count reached its peers
+	complete atomic.Int64   // endpoints programmed on every host of their network
 
 	// Calls the scenario should not cause (entries for IPs that are no
-	// endpoint's, or for a host's own endpoint), and neighbour deletions
-	// (only if a remote endpoint was withdrawn, e.g. its owner purged).
-	foreignIP, ownIP, deletes atomic.Int64
+	// endpoint's, for a host's own endpoint, or in the sandbox of another
+	// network), and neighbour deletions (only if a remote endpoint was
+	// withdrawn, e.g. its owner purged).
+	foreignIP, ownIP, wrongNet, deletes atomic.Int64
 }
 
-func newTracker(nodes, perNode int) *tracker {
-	e := nodes * perNode
-	return &tracker{
-		t0: time.Now(), nodes: nodes, perNode: perNode, eps: e,
+func newTracker(l *layout) *tracker {
+	e := len(l.owner)
+	tr := &tracker{
+		t0: time.Now(), l: l, nets: map[string]int{},
 		joinAt: make([]atomic.Int64, e),
-		progAt: make([]atomic.Int64, nodes*e),
+		progAt: make([]atomic.Int64, l.slots()),
 		count:  make([]atomic.Int32, e),
 		doneAt: make([]atomic.Int64, e),
 	}
+	for n := range l.nets {
+		tr.nets[netID(n)] = n
+	}
+	return tr
 }
 
 func (tr *tracker) now() int64 { return int64(time.Since(tr.t0)) + 1 }
@@ -102,28 +107,35 @@ func (tr *tracker) epIndex(ip netip.Addr) int {
 	}
 	b := ip.As4()
 	v := binary.BigEndian.Uint32(b[:]) - epBase
-	if v >= uint32(tr.eps) {
+	if v >= uint32(len(tr.l.owner)) {
 		return -1
 	}
 	return int(v)
 }
 
-// programmed notes that node programmed the neighbour entry for ip.
-func (tr *tracker) programmed(node int, ip netip.Addr) {
+// programmed notes that node programmed the neighbour entry for ip in
+// sandbox sb.
+func (tr *tracker) programmed(node int, sb string, ip netip.Addr) {
 	g := tr.epIndex(ip)
 	switch {
 	case g < 0:
 		tr.foreignIP.Add(1)
 		return
-	case g/tr.perNode == node:
+	case int(tr.l.owner[g]) == node:
 		tr.ownIP.Add(1)
 		return
 	}
+	n, ok := tr.nets[sb]
+	slot := tr.l.slot(node, g)
+	if !ok || n != tr.l.netOf(g) || slot < 0 {
+		tr.wrongNet.Add(1)
+		return
+	}
 	now := tr.now()
-	if !tr.progAt[node*tr.eps+g].CompareAndSwap(0, now) {
+	if !tr.progAt[slot].CompareAndSwap(0, now) {
 		return // replaced an entry it had already
 	}
-	if int(tr.count[g].Add(1)) == tr.nodes-1 {
+	if int(tr.count[g].Add(1)) == tr.l.peers(g) {
 		tr.doneAt[g].Store(now)
 		tr.complete.Add(1)
 	}
@@ -142,12 +154,13 @@ const (
 
 var opNames = [numOps]string{"CreateSandbox", "AddVeth", "SetNeighbor", "AddFDB", "DeleteNeighbor", "DeleteFDB"}
 
-// opCost accumulates calls and time spent in kernel operations (all nodes).
+// opCost accumulates calls and real time spent in kernel operations (all
+// nodes); real, since in a bubble virtual time does not move during a call.
 type opCost struct{ calls, ns [numOps]atomic.Int64 }
 
-func (c *opCost) add(op int, start time.Time) {
+func (c *opCost) add(op int, start time.Duration) {
 	c.calls[op].Add(1)
-	c.ns[op].Add(int64(time.Since(start)))
+	c.ns[op].Add(int64(wallNow() - start))
 }
 
 // stampKernel is the fake kernel with a thin layer that timestamps every
@@ -161,38 +174,38 @@ type stampKernel struct {
 }
 
 func (k *stampKernel) CreateSandbox(s kernel.SandboxSpec) error {
-	defer k.cost.add(opCreateSandbox, time.Now())
+	defer k.cost.add(opCreateSandbox, wallNow())
 	return k.Kernel.CreateSandbox(s)
 }
 
 func (k *stampKernel) AddVeth(sb string, v kernel.Veth) error {
-	defer k.cost.add(opAddVeth, time.Now())
+	defer k.cost.add(opAddVeth, wallNow())
 	return k.Kernel.AddVeth(sb, v)
 }
 
 func (k *stampKernel) SetNeighbor(sb string, n kernel.Neighbor) error {
-	start := time.Now()
+	start := wallNow()
 	err := k.Kernel.SetNeighbor(sb, n)
 	k.cost.add(opSetNeighbor, start)
 	if err == nil {
-		k.tr.programmed(k.node, n.IP)
+		k.tr.programmed(k.node, sb, n.IP)
 	}
 	return err
 }
 
 func (k *stampKernel) DeleteNeighbor(sb string, ip netip.Addr) error {
-	defer k.cost.add(opDeleteNeighbor, time.Now())
+	defer k.cost.add(opDeleteNeighbor, wallNow())
 	k.tr.deletes.Add(1)
 	return k.Kernel.DeleteNeighbor(sb, ip)
 }
 
 func (k *stampKernel) AddFDB(sb string, e kernel.FDBEntry) error {
-	defer k.cost.add(opAddFDB, time.Now())
+	defer k.cost.add(opAddFDB, wallNow())
 	return k.Kernel.AddFDB(sb, e)
 }
 
 func (k *stampKernel) DeleteFDB(sb string, e kernel.FDBEntry) error {
-	defer k.cost.add(opDeleteFDB, time.Now())
+	defer k.cost.add(opDeleteFDB, wallNow())
 	return k.Kernel.DeleteFDB(sb, e)
 }
 
@@ -337,54 +350,4 @@ func (p params) tune(c *memberlist.Config) {
 		c.SuspicionMult = p.SuspicionMult
 	}
 	c.EnableCompression = p.Compression
-}
-
-// warnCounter is a slog.Handler that drops everything but counts the
-// warnings and errors by message, so the run's logs cost nothing yet a
-// dropped message or a rejected record shows up in the results.
-type warnCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func newWarnCounter() *warnCounter { return &warnCounter{counts: map[string]int{}} }
-
-func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-
-// addrRE matches the addresses memberlist puts in its messages, so that one
-// kind of warning from 100 hosts counts as one line.
-var addrRE = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+(:\d+)?`)
-
-func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
-	msg := addrRE.ReplaceAllString(r.Message, "<addr>")
-	if len(msg) > 100 {
-		msg = msg[:100] + "…"
-	}
-	w.mu.Lock()
-	w.counts[r.Level.String()+" "+msg]++
-	w.mu.Unlock()
-	return nil
-}
-
-func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler { return w }
-func (w *warnCounter) WithGroup(string) slog.Handler      { return w }
-
-// sorted returns "count× message" lines, most frequent first.
-func (w *warnCounter) sorted() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	type kv struct {
-		k string
-		v int
-	}
-	var all []kv
-	for k, v := range w.counts {
-		all = append(all, kv{k, v})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v || all[i].v == all[j].v && all[i].k < all[j].k })
-	out := make([]string, len(all))
-	for i, e := range all {
-		out[i] = fmt.Sprintf("%d× %s", e.v, e.k)
-	}
-	return out
 }
