@@ -554,11 +554,21 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 	} else {
 		back = !m.alive && name != s.self
 	}
+	wasAlive := m.alive
 	if !m.alive {
 		m.since = now
 		m.gen++
 	}
 	m.alive, m.purged, m.addr = true, false, addr
+	if !wasAlive && name != s.self {
+		// Pushes skip members that are not alive: one that becomes alive
+		// is due this node's records of every network both have.
+		for nid, recs := range s.netm {
+			if r := recs[memberEID(name)]; r != nil && !r.Deleted && s.interested(nid) {
+				s.joins = append(s.joins, netJoin{name, nid})
+			}
+		}
+	}
 	if name == s.self {
 		m.vtep, m.epoch = s.vtep, s.epoch
 		return false
