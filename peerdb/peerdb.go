@@ -76,9 +76,24 @@ type Change struct {
 }
 
 // DB is the peer table of one network. The zero value is empty and ready.
+//
+// It is laid out for networks of many endpoints with one IP each, whose
+// IPs nobody else claims: an entry holds its peer's first IP inline, and
+// claims its first claimant; the rare further IPs and claimants wait in
+// overflow maps.
 type DB struct {
-	peers  map[string]Peer
-	claims map[netip.Addr][]string // endpoint ids claiming the IP, unordered
+	peers  map[string]entry
+	more   map[string][]netip.Addr // a peer's IPs after entry.ip, if it has several
+	claims map[netip.Addr]string   // the first endpoint id claiming the IP
+	rivals map[netip.Addr][]string // the others claiming it, unordered
+}
+
+// entry is a stored peer, its endpoint id being its key in peers.
+type entry struct {
+	ip, vtep netip.Addr // ip: the smallest of its IPs
+	mac      hwaddr.MAC
+	local    bool
+	multi    bool // more IPs in DB.more
 }
 
 // Add stores p, replacing any peer with the same endpoint id, and returns
@@ -87,31 +102,37 @@ func (db *DB) Add(p Peer) ([]Change, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	p = p.Clone()
+	ips := make([]netip.Addr, len(p.IPs))
 	for i, ip := range p.IPs {
-		p.IPs[i] = ip.Unmap()
+		ips[i] = ip.Unmap()
 	}
-	p.IPs = dedup(p.IPs)
-	p.VTEP = p.VTEP.Unmap()
+	ips = dedup(ips)
+	e := entry{ip: ips[0], vtep: p.VTEP.Unmap(), mac: p.MAC, local: p.Local, multi: len(ips) > 1}
 	if p.Local {
-		p.VTEP = netip.Addr{}
+		e.vtep = netip.Addr{}
 	}
 	if db.peers == nil {
-		db.peers = map[string]Peer{}
-		db.claims = map[netip.Addr][]string{}
+		db.peers = map[string]entry{}
+		db.claims = map[netip.Addr]string{}
 	}
-	old, had := db.peers[p.EndpointID]
-	touched := slices.Clone(p.IPs)
+	old, had := db.Get(p.EndpointID)
+	touched := ips
 	if had {
-		touched = dedup(append(touched, old.IPs...))
+		touched = dedup(append(slices.Clone(ips), old.IPs...))
 	}
 	before := db.winners(touched)
 	if had {
 		db.unclaim(old)
 	}
-	db.peers[p.EndpointID] = p
-	for _, ip := range p.IPs {
-		db.claims[ip] = append(db.claims[ip], p.EndpointID)
+	db.peers[p.EndpointID] = e
+	if e.multi {
+		if db.more == nil {
+			db.more = map[string][]netip.Addr{}
+		}
+		db.more[p.EndpointID] = ips[1:]
+	}
+	for _, ip := range ips {
+		db.claim(ip, p.EndpointID)
 	}
 	return db.diff(touched, before), nil
 }
@@ -119,7 +140,7 @@ func (db *DB) Add(p Peer) ([]Change, error) {
 // Delete removes the endpoint and returns the ownership changes. Deleting an
 // unknown endpoint changes nothing.
 func (db *DB) Delete(endpointID string) []Change {
-	old, had := db.peers[endpointID]
+	old, had := db.Get(endpointID)
 	if !had {
 		return nil
 	}
@@ -131,8 +152,20 @@ func (db *DB) Delete(endpointID string) []Change {
 
 // Get returns a copy of the endpoint's peer.
 func (db *DB) Get(endpointID string) (Peer, bool) {
-	p, ok := db.peers[endpointID]
-	return p.Clone(), ok
+	e, ok := db.peers[endpointID]
+	if !ok {
+		return Peer{}, false
+	}
+	return db.peer(endpointID, e), true
+}
+
+// peer rebuilds the Peer of a stored entry, in new memory.
+func (db *DB) peer(id string, e entry) Peer {
+	ips := []netip.Addr{e.ip}
+	if e.multi {
+		ips = append(ips, db.more[id]...)
+	}
+	return Peer{EndpointID: id, IPs: ips, MAC: e.mac, VTEP: e.vtep, Local: e.local}
 }
 
 // Len is the number of peers.
@@ -141,8 +174,8 @@ func (db *DB) Len() int { return len(db.peers) }
 // Peers returns copies of all peers, sorted by endpoint id.
 func (db *DB) Peers() []Peer {
 	out := make([]Peer, 0, len(db.peers))
-	for _, p := range db.peers {
-		out = append(out, p.Clone())
+	for id, e := range db.peers {
+		out = append(out, db.peer(id, e))
 	}
 	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.EndpointID, b.EndpointID) })
 	return out
@@ -168,18 +201,18 @@ func (db *DB) Owner(ip netip.Addr) (Binding, bool) { return db.winner(ip) }
 // kind the smallest endpoint id wins, so every host picks the same remote
 // owner whatever order the records arrived in.
 func (db *DB) winner(ip netip.Addr) (Binding, bool) {
-	var best *Peer
-	for _, id := range db.claims[ip] {
-		p := db.peers[id]
-		if best == nil || (p.Local && !best.Local) ||
-			(p.Local == best.Local && p.EndpointID < best.EndpointID) {
-			best = &p
-		}
-	}
-	if best == nil {
+	first, ok := db.claims[ip]
+	if !ok {
 		return Binding{}, false
 	}
-	return Binding{EndpointID: best.EndpointID, MAC: best.MAC, VTEP: best.VTEP, Local: best.Local}, true
+	best, e := first, db.peers[first]
+	for _, id := range db.rivals[ip] {
+		p := db.peers[id]
+		if (p.local && !e.local) || (p.local == e.local && id < best) {
+			best, e = id, p
+		}
+	}
+	return Binding{EndpointID: best, MAC: e.mac, VTEP: e.vtep, Local: e.local}, true
 }
 
 func (db *DB) winners(ips []netip.Addr) map[netip.Addr]Binding {
@@ -212,15 +245,40 @@ func (db *DB) diff(ips []netip.Addr, before map[netip.Addr]Binding) []Change {
 	return out
 }
 
+// claim adds id to the claimants of ip.
+func (db *DB) claim(ip netip.Addr, id string) {
+	if _, taken := db.claims[ip]; !taken {
+		db.claims[ip] = id
+		return
+	}
+	if db.rivals == nil {
+		db.rivals = map[netip.Addr][]string{}
+	}
+	db.rivals[ip] = append(db.rivals[ip], id)
+}
+
+// unclaim takes p's claims back, and its further IPs.
 func (db *DB) unclaim(p Peer) {
 	for _, ip := range p.IPs {
-		ids := slices.DeleteFunc(db.claims[ip], func(id string) bool { return id == p.EndpointID })
-		if len(ids) == 0 {
-			delete(db.claims, ip)
+		rivals := db.rivals[ip]
+		if db.claims[ip] == p.EndpointID {
+			if len(rivals) == 0 {
+				delete(db.claims, ip)
+				continue
+			}
+			// The last rival becomes the first claimant.
+			db.claims[ip] = rivals[len(rivals)-1]
+			rivals = slices.Delete(rivals, len(rivals)-1, len(rivals))
 		} else {
-			db.claims[ip] = ids
+			rivals = slices.DeleteFunc(rivals, func(id string) bool { return id == p.EndpointID })
+		}
+		if len(rivals) == 0 {
+			delete(db.rivals, ip)
+		} else {
+			db.rivals[ip] = rivals
 		}
 	}
+	delete(db.more, p.EndpointID)
 }
 
 func dedup(ips []netip.Addr) []netip.Addr {
