@@ -42,17 +42,14 @@ type key struct {
 // mutated in place once other goroutines could see copies of their slices:
 // a change replaces the record (IPs is shared only between records that are
 // themselves immutable).
+//
+// A node holds one per endpoint of its networks: the fields are ordered so
+// that the flags fill the MAC's padding (144 bytes, not 160).
 type record struct {
 	NetworkID  string
 	EndpointID string
 	Owner      string // node name of the host holding the endpoint
 	Version    Version
-	Deleted    bool
-	// Member marks a network membership record: Owner has NetworkID
-	// locally and wants its endpoint records. Its EndpointID is
-	// memberEID(Owner), so it shares the table and the merge rules of
-	// endpoint records without colliding with any of them.
-	Member bool
 	// DeletedAt is when the endpoint was deleted, on THIS node's clock: the
 	// wire carries the tombstone's age, not a timestamp, so clock skew
 	// between nodes does not stretch or shorten tombstone lifetimes.
@@ -60,8 +57,15 @@ type record struct {
 
 	// Live records only.
 	IPs  []netip.Addr
-	MAC  hwaddr.MAC
 	VTEP netip.Addr
+	MAC  hwaddr.MAC
+
+	Deleted bool
+	// Member marks a network membership record: Owner has NetworkID
+	// locally and wants its endpoint records. Its EndpointID is
+	// memberEID(Owner), so it shares the table and the merge rules of
+	// endpoint records without colliding with any of them.
+	Member bool
 }
 
 func (r *record) key() key { return key{r.NetworkID, r.EndpointID} }
