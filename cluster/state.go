@@ -410,6 +410,7 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.accepted++
 		return true
 	}
+	s.intern(r, m)
 	s.put(r)
 	if s.visible(cur) || s.visible(r) {
 		s.markDirty(k)
@@ -435,6 +436,16 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.out = append(s.out, r)
 	}
 	return true
+}
+
+// intern makes a record about to enter the table share this node's copy
+// of its owner's name and, in a network this node has, of the network id:
+// each decoded message has its own, which its records would keep alive.
+func (s *state) intern(r *record, owner *member) {
+	r.Owner = owner.name
+	if self := s.netm[r.NetworkID][s.selfEID]; self != nil {
+		r.NetworkID = self.NetworkID
+	}
 }
 
 // memberChanged follows an accepted membership record of another node:
