@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 )
@@ -84,16 +85,31 @@ type Change struct {
 type DB struct {
 	peers  map[string]entry
 	more   map[string][]netip.Addr // a peer's IPs after entry.ip, if it has several
-	claims map[netip.Addr]string   // the first endpoint id claiming the IP
-	rivals map[netip.Addr][]string // the others claiming it, unordered
+	claims map[addr16]string       // the first endpoint id claiming the IP
+	rivals map[addr16][]string     // the others claiming it, unordered
 }
 
 // entry is a stored peer, its endpoint id being its key in peers.
 type entry struct {
-	ip, vtep netip.Addr // ip: the smallest of its IPs
-	mac      hwaddr.MAC
-	local    bool
-	multi    bool // more IPs in DB.more
+	ip    addr16 // the smallest of its IPs
+	vtep  unique.Handle[netip.Addr]
+	mac   hwaddr.MAC
+	local bool
+	multi bool // more IPs in DB.more
+}
+
+// addr16 is an IP in 16 bytes where a netip.Addr takes 24 (its zone
+// pointer). The DB stores IPs unmapped and without zone, which As16 keeps
+// apart: unpack gives back the stored IP.
+type addr16 [16]byte
+
+func (a addr16) unpack() netip.Addr { return netip.AddrFrom16(a).Unmap() }
+
+// key is ip's key in claims; false for an IP no claim can have (a zone,
+// an IPv4-mapped IPv6 address).
+func key(ip netip.Addr) (addr16, bool) {
+	k := addr16(ip.As16())
+	return k, k.unpack() == ip
 }
 
 // Add stores p, replacing any peer with the same endpoint id, and returns
@@ -107,13 +123,14 @@ func (db *DB) Add(p Peer) ([]Change, error) {
 		ips[i] = ip.Unmap()
 	}
 	ips = dedup(ips)
-	e := entry{ip: ips[0], vtep: p.VTEP.Unmap(), mac: p.MAC, local: p.Local, multi: len(ips) > 1}
+	vtep := p.VTEP.Unmap()
 	if p.Local {
-		e.vtep = netip.Addr{}
+		vtep = netip.Addr{}
 	}
+	e := entry{ip: addr16(ips[0].As16()), vtep: unique.Make(vtep), mac: p.MAC, local: p.Local, multi: len(ips) > 1}
 	if db.peers == nil {
 		db.peers = map[string]entry{}
-		db.claims = map[netip.Addr]string{}
+		db.claims = map[addr16]string{}
 	}
 	old, had := db.Get(p.EndpointID)
 	touched := ips
@@ -161,11 +178,11 @@ func (db *DB) Get(endpointID string) (Peer, bool) {
 
 // peer rebuilds the Peer of a stored entry, in new memory.
 func (db *DB) peer(id string, e entry) Peer {
-	ips := []netip.Addr{e.ip}
+	ips := []netip.Addr{e.ip.unpack()}
 	if e.multi {
 		ips = append(ips, db.more[id]...)
 	}
-	return Peer{EndpointID: id, IPs: ips, MAC: e.mac, VTEP: e.vtep, Local: e.local}
+	return Peer{EndpointID: id, IPs: ips, MAC: e.mac, VTEP: e.vtep.Value(), Local: e.local}
 }
 
 // Len is the number of peers.
@@ -184,7 +201,8 @@ func (db *DB) Peers() []Peer {
 // Bindings returns the owner of every claimed IP: the desired state.
 func (db *DB) Bindings() map[netip.Addr]Binding {
 	out := make(map[netip.Addr]Binding, len(db.claims))
-	for ip := range db.claims {
+	for k := range db.claims {
+		ip := k.unpack()
 		if b, ok := db.winner(ip); ok {
 			out[ip] = b
 		}
@@ -201,18 +219,19 @@ func (db *DB) Owner(ip netip.Addr) (Binding, bool) { return db.winner(ip) }
 // kind the smallest endpoint id wins, so every host picks the same remote
 // owner whatever order the records arrived in.
 func (db *DB) winner(ip netip.Addr) (Binding, bool) {
-	first, ok := db.claims[ip]
-	if !ok {
+	k, ok := key(ip)
+	first, claimed := db.claims[k]
+	if !ok || !claimed {
 		return Binding{}, false
 	}
 	best, e := first, db.peers[first]
-	for _, id := range db.rivals[ip] {
+	for _, id := range db.rivals[k] {
 		p := db.peers[id]
 		if (p.local && !e.local) || (p.local == e.local && id < best) {
 			best, e = id, p
 		}
 	}
-	return Binding{EndpointID: best, MAC: e.mac, VTEP: e.vtep, Local: e.local}, true
+	return Binding{EndpointID: best, MAC: e.mac, VTEP: e.vtep.Value(), Local: e.local}, true
 }
 
 func (db *DB) winners(ips []netip.Addr) map[netip.Addr]Binding {
@@ -247,35 +266,37 @@ func (db *DB) diff(ips []netip.Addr, before map[netip.Addr]Binding) []Change {
 
 // claim adds id to the claimants of ip.
 func (db *DB) claim(ip netip.Addr, id string) {
-	if _, taken := db.claims[ip]; !taken {
-		db.claims[ip] = id
+	k := addr16(ip.As16())
+	if _, taken := db.claims[k]; !taken {
+		db.claims[k] = id
 		return
 	}
 	if db.rivals == nil {
-		db.rivals = map[netip.Addr][]string{}
+		db.rivals = map[addr16][]string{}
 	}
-	db.rivals[ip] = append(db.rivals[ip], id)
+	db.rivals[k] = append(db.rivals[k], id)
 }
 
 // unclaim takes p's claims back, and its further IPs.
 func (db *DB) unclaim(p Peer) {
 	for _, ip := range p.IPs {
-		rivals := db.rivals[ip]
-		if db.claims[ip] == p.EndpointID {
+		k := addr16(ip.As16())
+		rivals := db.rivals[k]
+		if db.claims[k] == p.EndpointID {
 			if len(rivals) == 0 {
-				delete(db.claims, ip)
+				delete(db.claims, k)
 				continue
 			}
 			// The last rival becomes the first claimant.
-			db.claims[ip] = rivals[len(rivals)-1]
+			db.claims[k] = rivals[len(rivals)-1]
 			rivals = slices.Delete(rivals, len(rivals)-1, len(rivals))
 		} else {
 			rivals = slices.DeleteFunc(rivals, func(id string) bool { return id == p.EndpointID })
 		}
 		if len(rivals) == 0 {
-			delete(db.rivals, ip)
+			delete(db.rivals, k)
 		} else {
-			db.rivals[ip] = rivals
+			db.rivals[k] = rivals
 		}
 	}
 	delete(db.more, p.EndpointID)
