@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"time"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 )
@@ -168,7 +169,7 @@ func encodeRecord(e *encoder, r *record, owner uint64, now time.Time) {
 		return
 	}
 	e.b = append(e.b, r.MAC[:]...)
-	e.addr(r.VTEP)
+	e.addr(r.vtep())
 	e.uvarint(uint64(len(r.IPs)))
 	for _, ip := range r.IPs {
 		e.addr(ip)
@@ -416,7 +417,7 @@ func (d *decoder) records(now time.Time) ([]*record, error) {
 					r.MAC = hwaddr.MAC(d.b[:6])
 					d.b = d.b[6:]
 				}
-				r.VTEP = d.addr()
+				r.VTEP = unique.Make(d.addr())
 				n := d.count(1)
 				if n > maxIPs {
 					d.fail(fmt.Errorf("%d IPs in one record", n))

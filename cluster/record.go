@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -44,7 +45,8 @@ type key struct {
 // themselves immutable).
 //
 // A node holds one per endpoint of its networks: the fields are ordered so
-// that the flags fill the MAC's padding (144 bytes, not 160).
+// that the flags fill the MAC's padding, and the VTEP, one per host, is
+// interned (128 bytes, not 160).
 type record struct {
 	NetworkID  string
 	EndpointID string
@@ -57,7 +59,7 @@ type record struct {
 
 	// Live records only.
 	IPs  []netip.Addr
-	VTEP netip.Addr
+	VTEP unique.Handle[netip.Addr] // zero: none (see vtep)
 	MAC  hwaddr.MAC
 
 	Deleted bool
@@ -69,6 +71,14 @@ type record struct {
 }
 
 func (r *record) key() key { return key{r.NetworkID, r.EndpointID} }
+
+// vtep is the record's VTEP, invalid if it has none.
+func (r *record) vtep() netip.Addr {
+	if r.VTEP == (unique.Handle[netip.Addr]{}) {
+		return netip.Addr{}
+	}
+	return r.VTEP.Value()
+}
 
 // memberEID is the endpoint id of owner's membership record. Endpoint ids
 // never start with a NUL byte (validate), so it names no endpoint.
@@ -87,7 +97,7 @@ func (r *record) clone() *record {
 
 // peer converts a live record into the driver's form.
 func (r *record) peer() peerdb.Peer {
-	return peerdb.Peer{EndpointID: r.EndpointID, IPs: slices.Clone(r.IPs), MAC: r.MAC, VTEP: r.VTEP}
+	return peerdb.Peer{EndpointID: r.EndpointID, IPs: slices.Clone(r.IPs), MAC: r.MAC, VTEP: r.vtep()}
 }
 
 // Epoch bounds. Epochs are start times in ns: 2^62 ns is in the year 2116.

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
@@ -299,7 +300,7 @@ func (s *state) publish(nid string, p peerdb.Peer) error {
 			ips = append(ips, ip)
 		}
 	}
-	r := &record{NetworkID: nid, EndpointID: p.EndpointID, Owner: s.self, IPs: ips, MAC: p.MAC, VTEP: s.vtep}
+	r := &record{NetworkID: nid, EndpointID: p.EndpointID, Owner: s.self, IPs: ips, MAC: p.MAC, VTEP: unique.Make(s.vtep)}
 	if err := r.validate(); err != nil {
 		return err
 	}
@@ -374,10 +375,10 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.log.Debug("record of a node that is not alive rejected", "owner", r.Owner, "network", r.NetworkID, "endpoint", r.EndpointID)
 		return false
 	}
-	if r.endpoint() && m.vtep.IsValid() && r.VTEP != m.vtep {
+	if r.endpoint() && m.vtep.IsValid() && r.vtep() != m.vtep {
 		s.rejectedVTEP++
 		s.log.Warn("record whose VTEP is not its owner's address rejected",
-			"owner", r.Owner, "ownerVTEP", m.vtep, "vtep", r.VTEP, "network", r.NetworkID, "endpoint", r.EndpointID)
+			"owner", r.Owner, "ownerVTEP", m.vtep, "vtep", r.vtep(), "network", r.NetworkID, "endpoint", r.EndpointID)
 		return false
 	}
 	k := r.key()
@@ -676,7 +677,7 @@ func (s *state) sweep(now time.Time) {
 // its address now known or changed.
 func (s *state) revalidate(owner string, vtep netip.Addr) {
 	for _, k := range s.ownedBy(owner) {
-		if r := s.get(k); r.endpoint() && r.VTEP != vtep {
+		if r := s.get(k); r.endpoint() && r.vtep() != vtep {
 			s.del(k)
 			s.markDirty(k)
 			s.rejectedVTEP++

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -53,7 +54,7 @@ func peer(eid string, ip string, m byte) peerdb.Peer {
 
 func liveRec(nid, eid, owner, vtep, ip string, v Version) *record {
 	return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v,
-		IPs: []netip.Addr{netip.MustParseAddr(ip)}, MAC: mac(1), VTEP: netip.MustParseAddr(vtep)}
+		IPs: []netip.Addr{netip.MustParseAddr(ip)}, MAC: mac(1), VTEP: unique.Make(netip.MustParseAddr(vtep))}
 }
 
 func tombRec(nid, eid, owner string, v Version, at time.Time) *record {
@@ -470,7 +471,7 @@ func TestOwnRecordsNotDelivered(t *testing.T) {
 	}
 	// Publish stamps VTEP = advertise address, Local false on the wire.
 	r := drain(t, s, t0)[0]
-	if r.VTEP != netip.MustParseAddr("10.0.0.1") || r.Owner != "a" {
+	if r.vtep() != netip.MustParseAddr("10.0.0.1") || r.Owner != "a" {
 		t.Errorf("published record = %+v", r)
 	}
 	// Re-publishing the same content is a no-op; new content is a new version.
@@ -492,10 +493,10 @@ func TestCodecRoundTrip(t *testing.T) {
 	hexID := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	recs := []*record{
 		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: hexID, Owner: "node-1", Version: Version{1 << 62, 7},
-			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00::2")}, MAC: mac(3), VTEP: netip.MustParseAddr("198.51.100.1")},
+			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00::2")}, MAC: mac(3), VTEP: unique.Make(netip.MustParseAddr("198.51.100.1"))},
 		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: "Not-Hex", Owner: "node-2", Version: Version{5, 1}, Deleted: true, DeletedAt: t0.Add(-90 * time.Second)},
 		{NetworkID: "other", EndpointID: "abc", Owner: "node-1", Version: Version{5, 2},
-			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}, MAC: mac(4), VTEP: netip.MustParseAddr("2001:db8::1")},
+			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}, MAC: mac(4), VTEP: unique.Make(netip.MustParseAddr("2001:db8::1"))},
 	}
 	buf := encodeRecords(kindState, recs, t0)
 	m, err := decodeMessage(buf, t0)
