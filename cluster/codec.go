@@ -161,7 +161,7 @@ func encodeRecord(e *encoder, r *record, owner uint64, now time.Time) {
 	e.uvarint(r.Version.Epoch)
 	e.uvarint(r.Version.Seq)
 	if r.Deleted {
-		age := max(now.Sub(r.DeletedAt), 0)
+		age := max(now.Sub(r.DeletedAt.time()), 0)
 		e.uvarint(uint64(age / time.Millisecond))
 		return
 	}
@@ -409,7 +409,7 @@ func (d *decoder) records(now time.Time) ([]*record, error) {
 				if ms > math.MaxInt64/uint64(time.Millisecond) {
 					ms = math.MaxInt64 / uint64(time.Millisecond)
 				}
-				r.DeletedAt = now.Add(-time.Duration(ms) * time.Millisecond)
+				r.DeletedAt = instantOf(now.Add(-time.Duration(ms) * time.Millisecond))
 			case !r.Member:
 				if len(d.b) < 6 {
 					d.fail(errTruncated)

@@ -45,8 +45,8 @@ type key struct {
 // themselves immutable).
 //
 // A node holds one per endpoint of its networks: the fields are ordered so
-// that the flags fill the MAC's padding, and the VTEP, one per host, is
-// interned (128 bytes, not 160).
+// that the flags fill the MAC's padding, the VTEP, one per host, is
+// interned, and the deletion time takes 8 bytes (112 bytes, not 160).
 type record struct {
 	NetworkID  string
 	EndpointID string
@@ -55,7 +55,7 @@ type record struct {
 	// DeletedAt is when the endpoint was deleted, on THIS node's clock: the
 	// wire carries the tombstone's age, not a timestamp, so clock skew
 	// between nodes does not stretch or shorten tombstone lifetimes.
-	DeletedAt time.Time
+	DeletedAt instant
 
 	// Live records only.
 	IPs  []netip.Addr
@@ -79,6 +79,22 @@ func (r *record) vtep() netip.Addr {
 	}
 	return r.VTEP.Value()
 }
+
+// instant is a time in 8 bytes where a time.Time takes 24: nanoseconds
+// since clockBase. Converting there and back keeps the monotonic reading
+// of a time that has one (both carry one from the same clock, so the
+// difference is taken on it and comes back whole), and the wall time of
+// one that has none (an injected clock's): ages taken with now.Sub on the
+// cluster's clock come out as they would from the time.Time itself.
+type instant int64
+
+// clockBase anchors instants. Any time serves: only differences between
+// instants and the cluster's clock's readings are ever used.
+var clockBase = time.Now()
+
+func instantOf(t time.Time) instant { return instant(t.Sub(clockBase)) }
+
+func (i instant) time() time.Time { return clockBase.Add(time.Duration(i)) }
 
 // memberEID is the endpoint id of owner's membership record. Endpoint ids
 // never start with a NUL byte (validate), so it names no endpoint.

@@ -247,7 +247,7 @@ func (s *state) ownerLeft(owner, nid string, v Version, now time.Time) {
 			continue
 		}
 		k := key{nid, eid}
-		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: now}
+		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: instantOf(now)}
 		if s.visible(r) {
 			s.markDirty(k)
 		}
@@ -287,7 +287,7 @@ func (s *state) stamp() Version {
 }
 
 func (s *state) tombstone(k key, now time.Time) *record {
-	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: now,
+	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: instantOf(now),
 		Member: k.eid == s.selfEID}
 }
 
@@ -398,7 +398,7 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 			return false
 		}
 	}
-	if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
+	if r.Deleted && now.Sub(r.DeletedAt.time()) >= s.tombTTL {
 		// An expired tombstone still supersedes what it deletes, but is
 		// not kept (otherwise tombstones would circulate forever).
 		if cur == nil {
@@ -652,7 +652,7 @@ func (s *state) sweep(now time.Time) {
 	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
 		for nid, recs := range tbl {
 			for eid, r := range recs {
-				if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
+				if r.Deleted && now.Sub(r.DeletedAt.time()) >= s.tombTTL {
 					s.del(key{nid, eid})
 					s.expired++
 				}
