@@ -85,8 +85,8 @@ type Change struct {
 type DB struct {
 	peers  map[string]entry
 	more   map[string][]netip.Addr // a peer's IPs after entry.ip, if it has several
-	claims map[addr16]string       // the first endpoint id claiming the IP
-	rivals map[addr16][]string     // the others claiming it, unordered
+	claims claims                  // the first endpoint id claiming each IP
+	rivals map[netip.Addr][]string // the others claiming it, unordered
 }
 
 // entry is a stored peer, its endpoint id being its key in peers.
@@ -105,11 +105,63 @@ type addr16 [16]byte
 
 func (a addr16) unpack() netip.Addr { return netip.AddrFrom16(a).Unmap() }
 
-// key is ip's key in claims; false for an IP no claim can have (a zone,
-// an IPv4-mapped IPv6 address).
-func key(ip netip.Addr) (addr16, bool) {
-	k := addr16(ip.As16())
-	return k, k.unpack() == ip
+// claims maps the IPs the DB stores (unmapped, without zone) to their
+// first claimant; an IPv4 key takes 4 bytes, an IPv6 one 16.
+type claims struct {
+	v4 map[[4]byte]string
+	v6 map[addr16]string
+}
+
+// get finds ip's first claimant; an IP with a zone has none.
+func (c *claims) get(ip netip.Addr) (string, bool) {
+	var id string
+	var ok bool
+	switch {
+	case ip.Is4():
+		id, ok = c.v4[ip.As4()]
+	case ip.Zone() == "":
+		// An IPv4-mapped address is not found: IPv4 is stored as such.
+		id, ok = c.v6[ip.As16()]
+	}
+	return id, ok
+}
+
+func (c *claims) set(ip netip.Addr, id string) {
+	if ip.Is4() {
+		if c.v4 == nil {
+			c.v4 = map[[4]byte]string{}
+		}
+		c.v4[ip.As4()] = id
+		return
+	}
+	if c.v6 == nil {
+		c.v6 = map[addr16]string{}
+	}
+	c.v6[ip.As16()] = id
+}
+
+func (c *claims) delete(ip netip.Addr) {
+	if ip.Is4() {
+		delete(c.v4, ip.As4())
+	} else {
+		delete(c.v6, ip.As16())
+	}
+}
+
+func (c *claims) len() int { return len(c.v4) + len(c.v6) }
+
+// ips yields every claimed IP.
+func (c *claims) ips(yield func(netip.Addr) bool) {
+	for k := range c.v4 {
+		if !yield(netip.AddrFrom4(k)) {
+			return
+		}
+	}
+	for k := range c.v6 {
+		if !yield(k.unpack()) {
+			return
+		}
+	}
 }
 
 // Add stores p, replacing any peer with the same endpoint id, and returns
@@ -130,7 +182,6 @@ func (db *DB) Add(p Peer) ([]Change, error) {
 	e := entry{ip: addr16(ips[0].As16()), vtep: unique.Make(vtep), mac: p.MAC, local: p.Local, multi: len(ips) > 1}
 	if db.peers == nil {
 		db.peers = map[string]entry{}
-		db.claims = map[addr16]string{}
 	}
 	old, had := db.Get(p.EndpointID)
 	touched := ips
@@ -200,9 +251,8 @@ func (db *DB) Peers() []Peer {
 
 // Bindings returns the owner of every claimed IP: the desired state.
 func (db *DB) Bindings() map[netip.Addr]Binding {
-	out := make(map[netip.Addr]Binding, len(db.claims))
-	for k := range db.claims {
-		ip := k.unpack()
+	out := make(map[netip.Addr]Binding, db.claims.len())
+	for ip := range db.claims.ips {
 		if b, ok := db.winner(ip); ok {
 			out[ip] = b
 		}
@@ -219,13 +269,12 @@ func (db *DB) Owner(ip netip.Addr) (Binding, bool) { return db.winner(ip) }
 // kind the smallest endpoint id wins, so every host picks the same remote
 // owner whatever order the records arrived in.
 func (db *DB) winner(ip netip.Addr) (Binding, bool) {
-	k, ok := key(ip)
-	first, claimed := db.claims[k]
-	if !ok || !claimed {
+	first, ok := db.claims.get(ip)
+	if !ok {
 		return Binding{}, false
 	}
 	best, e := first, db.peers[first]
-	for _, id := range db.rivals[k] {
+	for _, id := range db.rivals[ip] {
 		p := db.peers[id]
 		if (p.local && !e.local) || (p.local == e.local && id < best) {
 			best, e = id, p
@@ -266,37 +315,35 @@ func (db *DB) diff(ips []netip.Addr, before map[netip.Addr]Binding) []Change {
 
 // claim adds id to the claimants of ip.
 func (db *DB) claim(ip netip.Addr, id string) {
-	k := addr16(ip.As16())
-	if _, taken := db.claims[k]; !taken {
-		db.claims[k] = id
+	if _, taken := db.claims.get(ip); !taken {
+		db.claims.set(ip, id)
 		return
 	}
 	if db.rivals == nil {
-		db.rivals = map[addr16][]string{}
+		db.rivals = map[netip.Addr][]string{}
 	}
-	db.rivals[k] = append(db.rivals[k], id)
+	db.rivals[ip] = append(db.rivals[ip], id)
 }
 
 // unclaim takes p's claims back, and its further IPs.
 func (db *DB) unclaim(p Peer) {
 	for _, ip := range p.IPs {
-		k := addr16(ip.As16())
-		rivals := db.rivals[k]
-		if db.claims[k] == p.EndpointID {
+		rivals := db.rivals[ip]
+		if first, _ := db.claims.get(ip); first == p.EndpointID {
 			if len(rivals) == 0 {
-				delete(db.claims, k)
+				db.claims.delete(ip)
 				continue
 			}
 			// The last rival becomes the first claimant.
-			db.claims[k] = rivals[len(rivals)-1]
+			db.claims.set(ip, rivals[len(rivals)-1])
 			rivals = slices.Delete(rivals, len(rivals)-1, len(rivals))
 		} else {
 			rivals = slices.DeleteFunc(rivals, func(id string) bool { return id == p.EndpointID })
 		}
 		if len(rivals) == 0 {
-			delete(db.rivals, k)
+			delete(db.rivals, ip)
 		} else {
-			db.rivals[k] = rivals
+			db.rivals[ip] = rivals
 		}
 	}
 	delete(db.more, p.EndpointID)
