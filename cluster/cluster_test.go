@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unique"
 
 	"github.com/hashicorp/memberlist"
 
@@ -352,7 +353,7 @@ func TestSecretKey(t *testing.T) {
 
 	// A record claiming to be b's endpoint, with b's VTEP.
 	forged := &record{NetworkID: netA, EndpointID: "forged", Owner: "b", Version: Version{maxSaneEpoch - 1, 1},
-		IPs: []netip.Addr{netip.MustParseAddr("192.168.66.6")}, MAC: mac(66), VTEP: nodes["b"].ip}
+		IPs: []netip.Addr{netip.MustParseAddr("192.168.66.6")}, MAC: mac(66), VTEP: unique.Make(nodes["b"].ip)}
 	msg := encodeRecords(kindRecords, []*record{forged}, time.Now())
 	for _, attacker := range []string{"wrong", "plain"} {
 		if err := nodes[attacker].c.ml.SendToAddress(memberlist.Address{Addr: addr("a"), Name: "a"}, msg); err != nil {

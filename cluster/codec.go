@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"time"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 )
@@ -160,7 +161,7 @@ func encodeRecord(e *encoder, r *record, owner uint64, now time.Time) {
 	e.uvarint(r.Version.Epoch)
 	e.uvarint(r.Version.Seq)
 	if r.Deleted {
-		age := max(now.Sub(r.DeletedAt), 0)
+		age := max(now.Sub(r.DeletedAt.time()), 0)
 		e.uvarint(uint64(age / time.Millisecond))
 		return
 	}
@@ -168,7 +169,7 @@ func encodeRecord(e *encoder, r *record, owner uint64, now time.Time) {
 		return
 	}
 	e.b = append(e.b, r.MAC[:]...)
-	e.addr(r.VTEP)
+	e.addr(r.vtep())
 	e.uvarint(uint64(len(r.IPs)))
 	for _, ip := range r.IPs {
 		e.addr(ip)
@@ -408,7 +409,7 @@ func (d *decoder) records(now time.Time) ([]*record, error) {
 				if ms > math.MaxInt64/uint64(time.Millisecond) {
 					ms = math.MaxInt64 / uint64(time.Millisecond)
 				}
-				r.DeletedAt = now.Add(-time.Duration(ms) * time.Millisecond)
+				r.DeletedAt = instantOf(now.Add(-time.Duration(ms) * time.Millisecond))
 			case !r.Member:
 				if len(d.b) < 6 {
 					d.fail(errTruncated)
@@ -416,7 +417,7 @@ func (d *decoder) records(now time.Time) ([]*record, error) {
 					r.MAC = hwaddr.MAC(d.b[:6])
 					d.b = d.b[6:]
 				}
-				r.VTEP = d.addr()
+				r.VTEP = unique.Make(d.addr())
 				n := d.count(1)
 				if n > maxIPs {
 					d.fail(fmt.Errorf("%d IPs in one record", n))

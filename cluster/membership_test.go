@@ -39,7 +39,7 @@ func TestMembershipScopesRecords(t *testing.T) {
 	s.apply(liveRec(netA, "old", "a", "10.0.0.1", "192.168.0.1", Version{20, 2}), srcPush, t0)
 	s.apply(liveRec(netA, "new", "a", "10.0.0.1", "192.168.0.2", Version{20, 9}), srcPush, t0)
 	s.takeDirty()
-	left := &record{NetworkID: netA, EndpointID: memberEID("a"), Owner: "a", Member: true, Version: Version{20, 5}, Deleted: true, DeletedAt: t0}
+	left := &record{NetworkID: netA, EndpointID: memberEID("a"), Owner: "a", Member: true, Version: Version{20, 5}, Deleted: true, DeletedAt: instantOf(t0)}
 	if !s.apply(left, srcGossip, t0) {
 		t.Fatal("membership tombstone not applied")
 	}

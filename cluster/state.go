@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
@@ -246,7 +247,7 @@ func (s *state) ownerLeft(owner, nid string, v Version, now time.Time) {
 			continue
 		}
 		k := key{nid, eid}
-		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: now}
+		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: instantOf(now)}
 		if s.visible(r) {
 			s.markDirty(k)
 		}
@@ -286,7 +287,7 @@ func (s *state) stamp() Version {
 }
 
 func (s *state) tombstone(k key, now time.Time) *record {
-	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: now,
+	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: instantOf(now),
 		Member: k.eid == s.selfEID}
 }
 
@@ -299,7 +300,7 @@ func (s *state) publish(nid string, p peerdb.Peer) error {
 			ips = append(ips, ip)
 		}
 	}
-	r := &record{NetworkID: nid, EndpointID: p.EndpointID, Owner: s.self, IPs: ips, MAC: p.MAC, VTEP: s.vtep}
+	r := &record{NetworkID: nid, EndpointID: p.EndpointID, Owner: s.self, IPs: ips, MAC: p.MAC, VTEP: unique.Make(s.vtep)}
 	if err := r.validate(); err != nil {
 		return err
 	}
@@ -374,10 +375,10 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.log.Debug("record of a node that is not alive rejected", "owner", r.Owner, "network", r.NetworkID, "endpoint", r.EndpointID)
 		return false
 	}
-	if r.endpoint() && m.vtep.IsValid() && r.VTEP != m.vtep {
+	if r.endpoint() && m.vtep.IsValid() && r.vtep() != m.vtep {
 		s.rejectedVTEP++
 		s.log.Warn("record whose VTEP is not its owner's address rejected",
-			"owner", r.Owner, "ownerVTEP", m.vtep, "vtep", r.VTEP, "network", r.NetworkID, "endpoint", r.EndpointID)
+			"owner", r.Owner, "ownerVTEP", m.vtep, "vtep", r.vtep(), "network", r.NetworkID, "endpoint", r.EndpointID)
 		return false
 	}
 	k := r.key()
@@ -397,7 +398,7 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 			return false
 		}
 	}
-	if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
+	if r.Deleted && now.Sub(r.DeletedAt.time()) >= s.tombTTL {
 		// An expired tombstone still supersedes what it deletes, but is
 		// not kept (otherwise tombstones would circulate forever).
 		if cur == nil {
@@ -410,6 +411,7 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.accepted++
 		return true
 	}
+	s.intern(r, m)
 	s.put(r)
 	if s.visible(cur) || s.visible(r) {
 		s.markDirty(k)
@@ -435,6 +437,16 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.out = append(s.out, r)
 	}
 	return true
+}
+
+// intern makes a record about to enter the table share this node's copy
+// of its owner's name and, in a network this node has, of the network id:
+// each decoded message has its own, which its records would keep alive.
+func (s *state) intern(r *record, owner *member) {
+	r.Owner = owner.name
+	if self := s.netm[r.NetworkID][s.selfEID]; self != nil {
+		r.NetworkID = self.NetworkID
+	}
 }
 
 // memberChanged follows an accepted membership record of another node:
@@ -640,7 +652,7 @@ func (s *state) sweep(now time.Time) {
 	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
 		for nid, recs := range tbl {
 			for eid, r := range recs {
-				if r.Deleted && now.Sub(r.DeletedAt) >= s.tombTTL {
+				if r.Deleted && now.Sub(r.DeletedAt.time()) >= s.tombTTL {
 					s.del(key{nid, eid})
 					s.expired++
 				}
@@ -665,7 +677,7 @@ func (s *state) sweep(now time.Time) {
 // its address now known or changed.
 func (s *state) revalidate(owner string, vtep netip.Addr) {
 	for _, k := range s.ownedBy(owner) {
-		if r := s.get(k); r.endpoint() && r.VTEP != vtep {
+		if r := s.get(k); r.endpoint() && r.vtep() != vtep {
 			s.del(k)
 			s.markDirty(k)
 			s.rejectedVTEP++

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -53,11 +54,11 @@ func peer(eid string, ip string, m byte) peerdb.Peer {
 
 func liveRec(nid, eid, owner, vtep, ip string, v Version) *record {
 	return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v,
-		IPs: []netip.Addr{netip.MustParseAddr(ip)}, MAC: mac(1), VTEP: netip.MustParseAddr(vtep)}
+		IPs: []netip.Addr{netip.MustParseAddr(ip)}, MAC: mac(1), VTEP: unique.Make(netip.MustParseAddr(vtep))}
 }
 
 func tombRec(nid, eid, owner string, v Version, at time.Time) *record {
-	return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: at}
+	return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: instantOf(at)}
 }
 
 // drain returns (and clears) what s wants broadcast, as the wire would
@@ -315,7 +316,7 @@ func TestTombstoneExpiry(t *testing.T) {
 	join(s, "a", "10.0.0.1", rt)
 	s.apply(msgs[0], srcGossip, rt)
 	s.apply(msgs[1], srcGossip, rt)
-	if r := s.get(key{netA, "e1"}); r == nil || !r.Deleted || !r.DeletedAt.Equal(rt.Add(-4*time.Minute)) {
+	if r := s.get(key{netA, "e1"}); r == nil || !r.Deleted || !r.DeletedAt.time().Equal(rt.Add(-4*time.Minute)) {
 		t.Fatalf("tombstone = %+v, want deleted 4 minutes before the receiver's now", r)
 	}
 	s.sweep(rt.Add(ttl - 4*time.Minute - time.Millisecond))
@@ -356,6 +357,22 @@ func TestTombstoneExpiry(t *testing.T) {
 // TestRestartRetraction: a restarted node (new epoch) that receives its
 // previous incarnation's records retracts those it does not hold now, and
 // the tombstones beat the old records everywhere.
+// TestInstant: a deletion time kept in 8 bytes gives back the ages the
+// time.Time gave, on a clock with a monotonic reading (time.Now) and on
+// an injected one without.
+func TestInstant(t *testing.T) {
+	now := time.Now()
+	if got := now.Sub(instantOf(now.Add(-time.Minute)).time()); got != time.Minute {
+		t.Errorf("age on the monotonic clock %v, want 1m", got)
+	}
+	if got := instantOf(t0).time(); !got.Equal(t0) {
+		t.Errorf("injected clock's time came back as %v, want %v", got, t0)
+	}
+	if got := t0.Add(time.Hour).Sub(instantOf(t0).time()); got != time.Hour {
+		t.Errorf("age on the injected clock %v, want 1h", got)
+	}
+}
+
 func TestRestartRetraction(t *testing.T) {
 	old := newTestState("a", "10.0.0.1", 100)
 	old.publish(netA, peer("kept", "192.168.0.1", 1))
@@ -470,7 +487,7 @@ func TestOwnRecordsNotDelivered(t *testing.T) {
 	}
 	// Publish stamps VTEP = advertise address, Local false on the wire.
 	r := drain(t, s, t0)[0]
-	if r.VTEP != netip.MustParseAddr("10.0.0.1") || r.Owner != "a" {
+	if r.vtep() != netip.MustParseAddr("10.0.0.1") || r.Owner != "a" {
 		t.Errorf("published record = %+v", r)
 	}
 	// Re-publishing the same content is a no-op; new content is a new version.
@@ -492,10 +509,10 @@ func TestCodecRoundTrip(t *testing.T) {
 	hexID := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	recs := []*record{
 		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: hexID, Owner: "node-1", Version: Version{1 << 62, 7},
-			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00::2")}, MAC: mac(3), VTEP: netip.MustParseAddr("198.51.100.1")},
-		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: "Not-Hex", Owner: "node-2", Version: Version{5, 1}, Deleted: true, DeletedAt: t0.Add(-90 * time.Second)},
+			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00::2")}, MAC: mac(3), VTEP: unique.Make(netip.MustParseAddr("198.51.100.1"))},
+		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: "Not-Hex", Owner: "node-2", Version: Version{5, 1}, Deleted: true, DeletedAt: instantOf(t0.Add(-90 * time.Second))},
 		{NetworkID: "other", EndpointID: "abc", Owner: "node-1", Version: Version{5, 2},
-			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}, MAC: mac(4), VTEP: netip.MustParseAddr("2001:db8::1")},
+			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}, MAC: mac(4), VTEP: unique.Make(netip.MustParseAddr("2001:db8::1"))},
 	}
 	buf := encodeRecords(kindState, recs, t0)
 	m, err := decodeMessage(buf, t0)
@@ -509,7 +526,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	for i := range recs {
 		w, g := recs[i], got[i]
 		if g.NetworkID != w.NetworkID || g.EndpointID != w.EndpointID || g.Owner != w.Owner || g.Version != w.Version ||
-			g.Deleted != w.Deleted || !g.DeletedAt.Equal(w.DeletedAt) || g.MAC != w.MAC || g.VTEP != w.VTEP || !slices.Equal(g.IPs, w.IPs) {
+			g.Deleted != w.Deleted || g.DeletedAt != w.DeletedAt || g.MAC != w.MAC || g.VTEP != w.VTEP || !slices.Equal(g.IPs, w.IPs) {
 			t.Errorf("record %d: got %+v, want %+v", i, g, w)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
@@ -191,7 +192,7 @@ func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
 	for _, r := range nets {
 		n := &network{id: r.ID, vni: r.VNI, subnets: r.Subnets, endpoints: map[string]*endpoint{},
 			opts: netOptions{vni: r.VNI, mtu: r.MTUOption, encrypted: r.Encrypted, flood: r.Flood},
-			fdb:  countmap.Map[kernel.FDBEntry]{}, vteps: countmap.Map[netip.Addr]{}}
+			fdb:  map[netip.Addr]countmap.Map[hwaddr.MAC]{}}
 		joined := 0
 		for _, e := range eps[r.ID] {
 			if e.Joined {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
@@ -40,12 +41,13 @@ type network struct {
 	// peers holds every endpoint of the network, local ones marked Local;
 	// its bindings are the desired neighbour entries.
 	peers peerdb.DB
-	// fdb counts the bindings that use each (VTEP, MAC) FDB entry; an entry
-	// is in the kernel while its count is positive and a sandbox exists.
-	fdb countmap.Map[kernel.FDBEntry]
-	// vteps counts the unicast FDB entries per remote VTEP; with the flood
-	// option, a VTEP has a flood entry while its count is positive.
-	vteps countmap.Map[netip.Addr]
+	// fdb counts, per remote VTEP, the bindings that use each of its
+	// (VTEP, MAC) FDB entries; an entry is in the kernel while its count
+	// is positive and a sandbox exists. A VTEP is in the map while it has
+	// an entry; with the flood option it has a flood entry as long. (One
+	// map per VTEP keyed by MAC is a third of the size of one keyed by
+	// both: networks have many endpoints on few hosts.)
+	fdb map[netip.Addr]countmap.Map[hwaddr.MAC]
 	// sandbox is the kernel sandbox's name, empty while no local endpoint
 	// is joined.
 	sandbox string
@@ -142,8 +144,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		opts:      opts,
 		subnets:   subnets,
 		endpoints: map[string]*endpoint{},
-		fdb:       countmap.Map[kernel.FDBEntry]{},
-		vteps:     countmap.Map[netip.Addr]{},
+		fdb:       map[netip.Addr]countmap.Map[hwaddr.MAC]{},
 	}
 	// n is locked before it is published, so nobody sees it before it is
 	// stored, and a failed store takes it out again. Holding n.mu while
@@ -273,7 +274,6 @@ func (d *Driver) ensureSandbox(n *network) error {
 	}
 	n.sandbox, n.mtu = n.id, mtu
 	clear(n.fdb)
-	clear(n.vteps)
 	if err := d.store.putNetwork(n); err != nil {
 		d.log.Warn("persist network", "network", n.id, "err", err)
 	}
@@ -308,7 +308,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 		}
 	}
 	if n.opts.encrypted && n.guarded {
-		for vtep := range n.vteps {
+		for vtep := range n.fdb {
 			if err := d.encryption().RemoveRemote(vtep); err != nil {
 				d.log.Warn("release IPsec state", "network", n.id, "remote", vtep, "err", err)
 			}
@@ -319,7 +319,6 @@ func (d *Driver) teardownSandbox(n *network) error {
 	}
 	n.sandbox, n.joined, n.mtu, n.guarded = "", 0, 0, false
 	clear(n.fdb)
-	clear(n.vteps)
 	if err := d.store.putNetwork(n); err != nil {
 		d.log.Warn("persist network", "network", n.id, "err", err)
 	}
@@ -364,8 +363,13 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 			errs = append(errs, err)
 		}
 		e := kernel.FDBEntry{MAC: c.New.MAC, VTEP: c.New.VTEP}
-		if n.fdb.Add(e, 1) == 1 {
-			if n.vteps.Add(e.VTEP, 1) == 1 {
+		macs := n.fdb[e.VTEP]
+		if macs == nil {
+			macs = countmap.Map[hwaddr.MAC]{}
+			n.fdb[e.VTEP] = macs
+		}
+		if macs.Add(e.MAC, 1) == 1 {
+			if len(macs) == 1 {
 				// The host's IPsec policy exists before its first FDB
 				// entry can send it anything.
 				if n.opts.encrypted {
@@ -390,11 +394,13 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 	}
 	if c.Old != nil && !c.Old.Local {
 		e := kernel.FDBEntry{MAC: c.Old.MAC, VTEP: c.Old.VTEP}
-		if n.fdb.Add(e, -1) == 0 {
+		macs := n.fdb[e.VTEP] // nil, and a count of -1, if it had none
+		if macs.Add(e.MAC, -1) == 0 {
 			if err := d.kernel.DeleteFDB(n.sandbox, e); err != nil && !errors.Is(err, kernel.ErrNotFound) {
 				errs = append(errs, err)
 			}
-			if n.vteps.Add(e.VTEP, -1) == 0 {
+			if len(macs) == 0 {
+				delete(n.fdb, e.VTEP)
 				if n.opts.flood {
 					err := d.kernel.DeleteFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP})
 					if err != nil && !errors.Is(err, kernel.ErrNotFound) {

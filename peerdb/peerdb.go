@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 )
@@ -76,9 +77,91 @@ type Change struct {
 }
 
 // DB is the peer table of one network. The zero value is empty and ready.
+//
+// It is laid out for networks of many endpoints with one IP each, whose
+// IPs nobody else claims: an entry holds its peer's first IP inline, and
+// claims its first claimant; the rare further IPs and claimants wait in
+// overflow maps.
 type DB struct {
-	peers  map[string]Peer
-	claims map[netip.Addr][]string // endpoint ids claiming the IP, unordered
+	peers  map[string]entry
+	more   map[string][]netip.Addr // a peer's IPs after entry.ip, if it has several
+	claims claims                  // the first endpoint id claiming each IP
+	rivals map[netip.Addr][]string // the others claiming it, unordered
+}
+
+// entry is a stored peer, its endpoint id being its key in peers.
+type entry struct {
+	ip    addr16 // the smallest of its IPs
+	vtep  unique.Handle[netip.Addr]
+	mac   hwaddr.MAC
+	local bool
+	multi bool // more IPs in DB.more
+}
+
+// addr16 is an IP in 16 bytes where a netip.Addr takes 24 (its zone
+// pointer). The DB stores IPs unmapped and without zone, which As16 keeps
+// apart: unpack gives back the stored IP.
+type addr16 [16]byte
+
+func (a addr16) unpack() netip.Addr { return netip.AddrFrom16(a).Unmap() }
+
+// claims maps the IPs the DB stores (unmapped, without zone) to their
+// first claimant; an IPv4 key takes 4 bytes, an IPv6 one 16.
+type claims struct {
+	v4 map[[4]byte]string
+	v6 map[addr16]string
+}
+
+// get finds ip's first claimant; an IP with a zone has none.
+func (c *claims) get(ip netip.Addr) (string, bool) {
+	var id string
+	var ok bool
+	switch {
+	case ip.Is4():
+		id, ok = c.v4[ip.As4()]
+	case ip.Zone() == "":
+		// An IPv4-mapped address is not found: IPv4 is stored as such.
+		id, ok = c.v6[ip.As16()]
+	}
+	return id, ok
+}
+
+func (c *claims) set(ip netip.Addr, id string) {
+	if ip.Is4() {
+		if c.v4 == nil {
+			c.v4 = map[[4]byte]string{}
+		}
+		c.v4[ip.As4()] = id
+		return
+	}
+	if c.v6 == nil {
+		c.v6 = map[addr16]string{}
+	}
+	c.v6[ip.As16()] = id
+}
+
+func (c *claims) delete(ip netip.Addr) {
+	if ip.Is4() {
+		delete(c.v4, ip.As4())
+	} else {
+		delete(c.v6, ip.As16())
+	}
+}
+
+func (c *claims) len() int { return len(c.v4) + len(c.v6) }
+
+// ips yields every claimed IP.
+func (c *claims) ips(yield func(netip.Addr) bool) {
+	for k := range c.v4 {
+		if !yield(netip.AddrFrom4(k)) {
+			return
+		}
+	}
+	for k := range c.v6 {
+		if !yield(k.unpack()) {
+			return
+		}
+	}
 }
 
 // Add stores p, replacing any peer with the same endpoint id, and returns
@@ -87,31 +170,37 @@ func (db *DB) Add(p Peer) ([]Change, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	p = p.Clone()
+	ips := make([]netip.Addr, len(p.IPs))
 	for i, ip := range p.IPs {
-		p.IPs[i] = ip.Unmap()
+		ips[i] = ip.Unmap()
 	}
-	p.IPs = dedup(p.IPs)
-	p.VTEP = p.VTEP.Unmap()
+	ips = dedup(ips)
+	vtep := p.VTEP.Unmap()
 	if p.Local {
-		p.VTEP = netip.Addr{}
+		vtep = netip.Addr{}
 	}
+	e := entry{ip: addr16(ips[0].As16()), vtep: unique.Make(vtep), mac: p.MAC, local: p.Local, multi: len(ips) > 1}
 	if db.peers == nil {
-		db.peers = map[string]Peer{}
-		db.claims = map[netip.Addr][]string{}
+		db.peers = map[string]entry{}
 	}
-	old, had := db.peers[p.EndpointID]
-	touched := slices.Clone(p.IPs)
+	old, had := db.Get(p.EndpointID)
+	touched := ips
 	if had {
-		touched = dedup(append(touched, old.IPs...))
+		touched = dedup(append(slices.Clone(ips), old.IPs...))
 	}
 	before := db.winners(touched)
 	if had {
 		db.unclaim(old)
 	}
-	db.peers[p.EndpointID] = p
-	for _, ip := range p.IPs {
-		db.claims[ip] = append(db.claims[ip], p.EndpointID)
+	db.peers[p.EndpointID] = e
+	if e.multi {
+		if db.more == nil {
+			db.more = map[string][]netip.Addr{}
+		}
+		db.more[p.EndpointID] = ips[1:]
+	}
+	for _, ip := range ips {
+		db.claim(ip, p.EndpointID)
 	}
 	return db.diff(touched, before), nil
 }
@@ -119,7 +208,7 @@ func (db *DB) Add(p Peer) ([]Change, error) {
 // Delete removes the endpoint and returns the ownership changes. Deleting an
 // unknown endpoint changes nothing.
 func (db *DB) Delete(endpointID string) []Change {
-	old, had := db.peers[endpointID]
+	old, had := db.Get(endpointID)
 	if !had {
 		return nil
 	}
@@ -131,8 +220,20 @@ func (db *DB) Delete(endpointID string) []Change {
 
 // Get returns a copy of the endpoint's peer.
 func (db *DB) Get(endpointID string) (Peer, bool) {
-	p, ok := db.peers[endpointID]
-	return p.Clone(), ok
+	e, ok := db.peers[endpointID]
+	if !ok {
+		return Peer{}, false
+	}
+	return db.peer(endpointID, e), true
+}
+
+// peer rebuilds the Peer of a stored entry, in new memory.
+func (db *DB) peer(id string, e entry) Peer {
+	ips := []netip.Addr{e.ip.unpack()}
+	if e.multi {
+		ips = append(ips, db.more[id]...)
+	}
+	return Peer{EndpointID: id, IPs: ips, MAC: e.mac, VTEP: e.vtep.Value(), Local: e.local}
 }
 
 // Len is the number of peers.
@@ -141,8 +242,8 @@ func (db *DB) Len() int { return len(db.peers) }
 // Peers returns copies of all peers, sorted by endpoint id.
 func (db *DB) Peers() []Peer {
 	out := make([]Peer, 0, len(db.peers))
-	for _, p := range db.peers {
-		out = append(out, p.Clone())
+	for id, e := range db.peers {
+		out = append(out, db.peer(id, e))
 	}
 	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.EndpointID, b.EndpointID) })
 	return out
@@ -150,8 +251,8 @@ func (db *DB) Peers() []Peer {
 
 // Bindings returns the owner of every claimed IP: the desired state.
 func (db *DB) Bindings() map[netip.Addr]Binding {
-	out := make(map[netip.Addr]Binding, len(db.claims))
-	for ip := range db.claims {
+	out := make(map[netip.Addr]Binding, db.claims.len())
+	for ip := range db.claims.ips {
 		if b, ok := db.winner(ip); ok {
 			out[ip] = b
 		}
@@ -168,18 +269,18 @@ func (db *DB) Owner(ip netip.Addr) (Binding, bool) { return db.winner(ip) }
 // kind the smallest endpoint id wins, so every host picks the same remote
 // owner whatever order the records arrived in.
 func (db *DB) winner(ip netip.Addr) (Binding, bool) {
-	var best *Peer
-	for _, id := range db.claims[ip] {
-		p := db.peers[id]
-		if best == nil || (p.Local && !best.Local) ||
-			(p.Local == best.Local && p.EndpointID < best.EndpointID) {
-			best = &p
-		}
-	}
-	if best == nil {
+	first, ok := db.claims.get(ip)
+	if !ok {
 		return Binding{}, false
 	}
-	return Binding{EndpointID: best.EndpointID, MAC: best.MAC, VTEP: best.VTEP, Local: best.Local}, true
+	best, e := first, db.peers[first]
+	for _, id := range db.rivals[ip] {
+		p := db.peers[id]
+		if (p.local && !e.local) || (p.local == e.local && id < best) {
+			best, e = id, p
+		}
+	}
+	return Binding{EndpointID: best, MAC: e.mac, VTEP: e.vtep.Value(), Local: e.local}, true
 }
 
 func (db *DB) winners(ips []netip.Addr) map[netip.Addr]Binding {
@@ -212,15 +313,40 @@ func (db *DB) diff(ips []netip.Addr, before map[netip.Addr]Binding) []Change {
 	return out
 }
 
+// claim adds id to the claimants of ip.
+func (db *DB) claim(ip netip.Addr, id string) {
+	if _, taken := db.claims.get(ip); !taken {
+		db.claims.set(ip, id)
+		return
+	}
+	if db.rivals == nil {
+		db.rivals = map[netip.Addr][]string{}
+	}
+	db.rivals[ip] = append(db.rivals[ip], id)
+}
+
+// unclaim takes p's claims back, and its further IPs.
 func (db *DB) unclaim(p Peer) {
 	for _, ip := range p.IPs {
-		ids := slices.DeleteFunc(db.claims[ip], func(id string) bool { return id == p.EndpointID })
-		if len(ids) == 0 {
-			delete(db.claims, ip)
+		rivals := db.rivals[ip]
+		if first, _ := db.claims.get(ip); first == p.EndpointID {
+			if len(rivals) == 0 {
+				db.claims.delete(ip)
+				continue
+			}
+			// The last rival becomes the first claimant.
+			db.claims.set(ip, rivals[len(rivals)-1])
+			rivals = slices.Delete(rivals, len(rivals)-1, len(rivals))
 		} else {
-			db.claims[ip] = ids
+			rivals = slices.DeleteFunc(rivals, func(id string) bool { return id == p.EndpointID })
+		}
+		if len(rivals) == 0 {
+			delete(db.rivals, ip)
+		} else {
+			db.rivals[ip] = rivals
 		}
 	}
+	delete(db.more, p.EndpointID)
 }
 
 func dedup(ips []netip.Addr) []netip.Addr {

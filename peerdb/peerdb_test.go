@@ -439,6 +439,24 @@ func TestMixedFamiliesAndDedup(t *testing.T) {
 	wantChanges(t, db.Delete("0"), []Change{{IP: netip.MustParseAddr("fd00::1"), Old: bind(q)}})
 }
 
+// TestOwnerExactIP: the DB keeps IPs in 16 bytes; an IPv4-mapped IPv6
+// address or a zone is still not the IPv4 address or the plain one.
+func TestOwnerExactIP(t *testing.T) {
+	var db DB
+	p := remote("a", "2001:db8::1", 1, "10.0.0.1", "fe80::1")
+	mustAdd(t, &db, p)
+	for _, ip := range []string{"10.0.0.1", "fe80::1"} {
+		if b, ok := db.Owner(netip.MustParseAddr(ip)); !ok || b != *bind(p) {
+			t.Errorf("Owner(%s) = %+v, %v", ip, b, ok)
+		}
+	}
+	for _, ip := range []string{"::ffff:10.0.0.1", "fe80::1%eth0"} {
+		if b, ok := db.Owner(netip.MustParseAddr(ip)); ok {
+			t.Errorf("Owner(%s) = %+v, want none", ip, b)
+		}
+	}
+}
+
 // oracle computes the bindings from the peer set by the documented rule,
 // independently of DB.
 func oracle(peers map[string]Peer) map[netip.Addr]Binding {

@@ -129,6 +129,22 @@ func (k *Kernel) Snapshot() map[string]*Sandbox {
 	return out
 }
 
+// ReleaseEntries drops every sandbox's neighbour and FDB entries, as if
+// they had been flushed from outside, and returns how many it dropped. The
+// sandboxes and veths stay. A test calls it to tell the memory those
+// entries take here from its own: a real kernel holds them outside the
+// plugin's heap.
+func (k *Kernel) ReleaseEntries() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, s := range k.sandboxes {
+		n += len(s.Neighbors) + len(s.FDB)
+		s.Neighbors, s.FDB, s.unicast = map[netip.Addr]hwaddr.MAC{}, map[kernel.FDBEntry]bool{}, map[hwaddr.MAC]kernel.FDBEntry{}
+	}
+	return n
+}
+
 // AddLeftover plants a sandbox as if a previous run had left it.
 func (k *Kernel) AddLeftover(spec kernel.SandboxSpec) {
 	k.mu.Lock()

@@ -59,3 +59,38 @@ func entries(t *testing.T, k *Kernel) []kernel.FDBEntry {
 	})
 	return got
 }
+
+func TestReleaseEntries(t *testing.T) {
+	k := New()
+	spec := kernel.SandboxSpec{Name: "sb", VNI: 256, Port: 4789, Local: netip.MustParseAddr("198.51.100.1")}
+	if err := k.CreateSandbox(spec); err != nil {
+		t.Fatal(err)
+	}
+	ip, vtep := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("198.51.100.2")
+	mac := hwaddr.MAC{0x02, 0x42, 10, 0, 0, 2}
+	if err := k.SetNeighbor("sb", kernel.Neighbor{IP: ip, MAC: mac}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.AddFDB("sb", kernel.FDBEntry{MAC: mac, VTEP: vtep}); err != nil {
+		t.Fatal(err)
+	}
+	if n := k.ReleaseEntries(); n != 2 {
+		t.Fatalf("released %d entries, want 2", n)
+	}
+	if ns, _ := k.Neighbors("sb"); len(ns) != 0 {
+		t.Errorf("neighbours left: %v", ns)
+	}
+	if fdb, _ := k.FDB("sb"); len(fdb) != 0 {
+		t.Errorf("FDB entries left: %v", fdb)
+	}
+	if names, _ := k.Sandboxes(); !slices.Equal(names, []string{"sb"}) {
+		t.Errorf("sandboxes %v, want [sb]", names)
+	}
+	// The MAC index went too: the entry can be added again, alone.
+	if err := k.AddFDB("sb", kernel.FDBEntry{MAC: mac, VTEP: vtep}); err != nil {
+		t.Fatal(err)
+	}
+	if fdb, _ := k.FDB("sb"); len(fdb) != 1 {
+		t.Errorf("FDB %v, want one entry", fdb)
+	}
+}

@@ -108,6 +108,8 @@ func (r *results) markdown() string {
 	m := r.Memory
 	f("| heap per host (live, after GC) | %s with membership only; %s after convergence, of which %s networks and endpoints: %s per 10,000 remote endpoints (a host programs %.0f) |",
 		kib(float64(r.Membership.HeapPerNode)), kib(float64(m.HeapPerNode)), kib(float64(m.HeapPerNodeEndpoints)), kib(float64(m.HeapPer10kRemote)), rc.RemoteEndpoints)
+	f("| of which the fake kernel (its neighbour and FDB entries: a real kernel holds them outside the plugin's heap; measured by dropping them) | %s per host |", kib(float64(m.FakeKernelPerNode)))
+	f("| **plugin heap per 10,000 remote endpoints** (networks and endpoints less the fake kernel's entries) | **%s** |", kib(float64(m.PluginPer10kRemote)))
 	f("| goroutines per host | %.1f with membership; %.1f after convergence |", r.Membership.GoroutinesPerNode, m.GoroutinesPerNode)
 	f("| CPU per simulated second, all hosts (incl. the simulation's bookkeeping) | rollout %.2f cores (%.3f per host), steady state %.2f cores (%.3f per host) |",
 		r.Phases.Convergence.CoresSimulated, r.Phases.Convergence.CoresSimulated/float64(p.Nodes), r.Phases.Steady.CoresSimulated, r.Phases.Steady.CoresSimulated/float64(p.Nodes))

@@ -48,13 +48,18 @@ type results struct {
 		Rollout, Steady trafficRates
 	} `json:"gossip"`
 	Memory struct {
-		HeapPerNode          uint64  `json:"heapPerNode"`          // live heap per host after convergence, incl. membership
-		HeapPerNodeEndpoints uint64  `json:"heapPerNodeEndpoints"` // of which networks and endpoints
-		HeapPer10kRemote     uint64  `json:"heapPer10kRemote"`     // that, per 10,000 remote endpoints the host programs
-		GoroutinesPerNode    float64 `json:"goroutinesPerNode"`
-		HeapTotal, SysTotal  uint64
-		NumGC                uint32
-		PeakRSS              uint64 `json:"peakRSS"`
+		HeapPerNode          uint64 `json:"heapPerNode"`          // live heap per host after convergence, incl. membership
+		HeapPerNodeEndpoints uint64 `json:"heapPerNodeEndpoints"` // of which networks and endpoints
+		HeapPer10kRemote     uint64 `json:"heapPer10kRemote"`     // that, per 10,000 remote endpoints the host programs
+		// Of HeapPerNodeEndpoints, the fake kernel's neighbour and FDB
+		// entries (a real kernel holds them, not the plugin's heap), and
+		// the rest, the plugin's own, per 10,000 remote endpoints.
+		FakeKernelPerNode   uint64  `json:"fakeKernelPerNode"`
+		PluginPer10kRemote  uint64  `json:"pluginPer10kRemote"`
+		GoroutinesPerNode   float64 `json:"goroutinesPerNode"`
+		HeapTotal, SysTotal uint64
+		NumGC               uint32
+		PeakRSS             uint64 `json:"peakRSS"`
 	} `json:"memory"`
 	// Records held per host (cluster.Stats().Records) against what the
 	// scenario implies: the endpoints of the host's networks, or all.

@@ -314,14 +314,21 @@ func (n *node) resyncLoop(offset, period time.Duration, counts *resyncCounts) {
 
 type resyncCounts struct{ runs, added, removed, errs atomic.Int64 }
 
+// stopResync ends the resync loop, if one runs. Idempotent; not
+// concurrent with itself.
+func (n *node) stopResync() {
+	if n.resyncStop != nil {
+		close(n.resyncStop)
+		<-n.resyncDone
+		n.resyncStop = nil
+	}
+}
+
 // close stops the node; a partly built node is closed as far as it got.
 // Idempotent.
 func (n *node) close() {
 	n.closeOnce.Do(func() {
-		if n.resyncStop != nil {
-			close(n.resyncStop)
-			<-n.resyncDone
-		}
+		n.stopResync()
 		if n.c != nil {
 			n.c.Close()
 		}
