@@ -98,26 +98,29 @@ func Run(o Options) (*Report, error) {
 var figureDefs = []struct {
 	name, unit string
 	get        func(*Result) (float64, bool)
+	noRatio    bool // the systems do different things here
 }{
-	{"endpoint on all other hosts, p50", "s", qget(func(r *Result) *float64 { return r.Endpoint.P50 })},
-	{"endpoint on all other hosts, p90", "s", qget(func(r *Result) *float64 { return r.Endpoint.P90 })},
-	{"endpoint on all other hosts, p99", "s", qget(func(r *Result) *float64 { return r.Endpoint.P99 })},
-	{"endpoint on all other hosts, max", "s", qget(func(r *Result) *float64 { return r.Endpoint.Max })},
-	{"endpoint on one host (pair), p50", "s", qget(func(r *Result) *float64 { return r.Pair.P50 })},
-	{"endpoint on one host (pair), p90", "s", qget(func(r *Result) *float64 { return r.Pair.P90 })},
-	{"endpoint on one host (pair), p99", "s", qget(func(r *Result) *float64 { return r.Pair.P99 })},
-	{"endpoint on one host (pair), max", "s", qget(func(r *Result) *float64 { return r.Pair.Max })},
-	{"first publish → all converged (or gave up)", "s", rget(func(r *Result) float64 { return r.ConvergedSec })},
-	{"endpoints converged", "share", rget(func(r *Result) float64 { return float64(r.EndpointsConverged) / float64(r.Params.Endpoints) })},
-	{"pairs converged", "share", rget(func(r *Result) float64 { return float64(r.PairsSeen) / float64(r.PairsWanted) })},
-	{"membership formed", "s", rget(func(r *Result) float64 { return r.MembershipSec })},
-	{"network joined everywhere", "s", rget(func(r *Result) float64 { return r.NetworkSec })},
-	{"wire bytes sent per host, UDP", "B/s", rget(func(r *Result) float64 { return r.WireUDPPerHostSec })},
-	{"wire bytes sent per host, TCP", "B/s", rget(func(r *Result) float64 { return r.WireTCPPerHostSec })},
-	{"wire bytes sent per host, total", "B/s", rget(func(r *Result) float64 { return r.WireUDPPerHostSec + r.WireTCPPerHostSec })},
-	{"heap per host", "KiB", rget(func(r *Result) float64 { return r.HeapPerHost / 1024 })},
-	{"CPU during rollout", "cores", rget(func(r *Result) float64 { return r.CPUCores })},
-	{"lowest share of member views alive", "share", rget(func(r *Result) float64 { return r.MinAliveShare })},
+	{"endpoint on all other hosts, p50", "s", qget(func(r *Result) *float64 { return r.Endpoint.P50 }), false},
+	{"endpoint on all other hosts, p90", "s", qget(func(r *Result) *float64 { return r.Endpoint.P90 }), false},
+	{"endpoint on all other hosts, p99", "s", qget(func(r *Result) *float64 { return r.Endpoint.P99 }), false},
+	{"endpoint on all other hosts, max", "s", qget(func(r *Result) *float64 { return r.Endpoint.Max }), false},
+	{"endpoint on one host (pair), p50", "s", qget(func(r *Result) *float64 { return r.Pair.P50 }), false},
+	{"endpoint on one host (pair), p90", "s", qget(func(r *Result) *float64 { return r.Pair.P90 }), false},
+	{"endpoint on one host (pair), p99", "s", qget(func(r *Result) *float64 { return r.Pair.P99 }), false},
+	{"endpoint on one host (pair), max", "s", qget(func(r *Result) *float64 { return r.Pair.Max }), false},
+	{"first publish → all converged (or gave up)", "s", rget(func(r *Result) float64 { return r.ConvergedSec }), false},
+	{"endpoints converged", "share", rget(func(r *Result) float64 { return float64(r.EndpointsConverged) / float64(r.Params.Endpoints) }), false},
+	{"pairs converged", "share", rget(func(r *Result) float64 { return float64(r.PairsSeen) / float64(r.PairsWanted) }), false},
+	{"membership formed", "s", rget(func(r *Result) float64 { return r.MembershipSec }), false},
+	// The plugin has no per-network membership: NetworkAdded is local.
+	{"network joined everywhere", "s", rget(func(r *Result) float64 { return r.NetworkSec }), true},
+	{"closing every host", "s", rget(func(r *Result) float64 { return r.CloseSec }), false},
+	{"wire bytes sent per host, UDP", "B/s", rget(func(r *Result) float64 { return r.WireUDPPerHostSec }), false},
+	{"wire bytes sent per host, TCP", "B/s", rget(func(r *Result) float64 { return r.WireTCPPerHostSec }), false},
+	{"wire bytes sent per host, total", "B/s", rget(func(r *Result) float64 { return r.WireUDPPerHostSec + r.WireTCPPerHostSec }), false},
+	{"heap per host", "KiB", rget(func(r *Result) float64 { return r.HeapPerHost / 1024 }), false},
+	{"CPU during rollout", "cores", rget(func(r *Result) float64 { return r.CPUCores }), false},
+	{"lowest share of member views alive", "share", rget(func(r *Result) float64 { return r.MinAliveShare }), false},
 }
 
 func qget(f func(*Result) *float64) func(*Result) (float64, bool) {
@@ -151,7 +154,7 @@ func (rep *Report) summarise() {
 				f.NetworkDB = s
 			}
 		}
-		if f.Plugin.N > 0 && f.NetworkDB.N > 0 && f.Plugin.Median != 0 {
+		if f.Plugin.N > 0 && f.NetworkDB.N > 0 && f.Plugin.Median != 0 && !d.noRatio {
 			r := f.NetworkDB.Median / f.Plugin.Median
 			f.Ratio = &r
 		}

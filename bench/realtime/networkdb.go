@@ -153,7 +153,7 @@ func (s *networkDBSystem) close() {
 		cancel()
 	}
 	s.watches.Wait()
-	_ = parallel(len(s.hosts), func(i int) error { s.hosts[i].Close(); return nil })
+	all(len(s.hosts), func(i int) { s.hosts[i].Close() })
 	s.hosts, s.cancels = nil, nil
 }
 

@@ -108,6 +108,10 @@ func (s *pluginSystem) verifyTable(host int) error {
 }
 
 func (s *pluginSystem) close() {
-	_ = parallel(len(s.hosts), func(i int) error { return s.hosts[i].Close() })
+	all(len(s.hosts), func(i int) {
+		if err := s.hosts[i].Close(); err != nil {
+			s.log.Warn("close", "host", hostName(i), "err", err)
+		}
+	})
 	s.hosts = nil
 }

@@ -143,7 +143,8 @@ func (rep *Report) plot(file string) error {
 		pl.Add(l)
 		pl.Legend.Add(fmt.Sprintf("%s, rep %d", r.System, r.Rep), l)
 	}
-	pl.Legend.Top = false
-	pl.Legend.Left = false
+	// Upper left, below the top: the curves are near 0 there.
+	pl.Legend.Top, pl.Legend.Left = true, true
+	pl.Legend.XOffs, pl.Legend.YOffs = vg.Points(12), -vg.Inch
 	return pl.Save(8*vg.Inch, 5*vg.Inch, file)
 }

@@ -35,6 +35,7 @@ type Result struct {
 	NetworkSec    float64 `json:"networkSec"`    // network joined → all hosts see all as its members
 	PublishSec    float64 `json:"publishSec"`    // first → last publish
 	ConvergedSec  float64 `json:"convergedSec"`  // first publish → last endpoint everywhere (or the give-up time)
+	CloseSec      float64 `json:"closeSec"`      // closing every host (graceful leave), all at once
 
 	// Latency in seconds from an endpoint's publish until it was seen on
 	// all other hosts (Endpoint), or on one host (Pair); null where the
@@ -87,10 +88,21 @@ func runOne(sys system, p Params, logs *logCounter, progress func(string)) (*Res
 	heap0 := liveHeap()
 
 	defer func() {
-		sys.close()
-		// Goroutines of closed hosts may take a moment to return.
-		waitFor(10*time.Second, 100*time.Millisecond, func() bool { return runtime.NumGoroutine() <= gor0 })
-		res.Goroutines = max(runtime.NumGoroutine()-gor0, 0)
+		// Closing is bounded so that a host stuck in it cannot hang the
+		// benchmark; it is reported, and the process exits at the end.
+		t0 := time.Now()
+		closed := make(chan struct{})
+		go func() { sys.close(); close(closed) }()
+		select {
+		case <-closed:
+			// Goroutines of closed hosts may take a moment to return.
+			waitFor(10*time.Second, 100*time.Millisecond, func() bool { return runtime.NumGoroutine() <= gor0 })
+			res.Goroutines = max(runtime.NumGoroutine()-gor0, 0)
+		case <-time.After(p.Timeout):
+			res.Errors = append(res.Errors, fmt.Sprintf("hosts not closed within %v", p.Timeout))
+			res.Correct = false
+		}
+		res.CloseSec = time.Since(t0).Seconds()
 	}()
 	membership, network, err := sys.start(p, tr)
 	if err != nil {

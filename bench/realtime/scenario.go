@@ -219,3 +219,14 @@ func parallel(n int, f func(i int) error) error {
 	wg.Wait()
 	return first
 }
+
+// all runs f(i) for i in [0, n) at once: for closing, where every host
+// mostly waits (a graceful leave), and closing them one batch after the
+// other makes the rest react to each departure.
+func all(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { f(i) })
+	}
+	wg.Wait()
+}
