@@ -154,7 +154,6 @@ func (s *networkDBSystem) close() {
 	}
 	s.watches.Wait()
 	all(len(s.hosts), func(i int) { s.hosts[i].Close() })
-	s.hosts, s.cancels = nil, nil
 }
 
 // logrusHook counts NetworkDB's (and its memberlist's) warnings and errors,

@@ -113,5 +113,4 @@ func (s *pluginSystem) close() {
 			s.log.Warn("close", "host", hostName(i), "err", err)
 		}
 	})
-	s.hosts = nil
 }
