@@ -64,8 +64,8 @@ bench-scale:
 # stays out of go.mod): this plugin's control plane and Docker's NetworkDB,
 # the same rollout over real sockets on loopback (127.0.1.x, 127.0.2.x),
 # interleaved REALTIME_REPS times, for each of REALTIME_HOSTS (comma list).
-# Writes bench/results/scale-realtime/h<hosts>.{json,md,png}; about 8
-# minutes per repetition at 100 hosts. It holds /tmp/overlay-timing.lock so
+# Writes bench/results/scale-realtime/h<hosts>.{json,md,png}; about 9
+# minutes and 7 GB per repetition at 100 hosts. It holds /tmp/overlay-timing.lock so
 # that no other timing run shares the CPUs. See docs/benchmarks.md.
 REALTIME_HOSTS ?= 100
 REALTIME_REPS  ?= 1
