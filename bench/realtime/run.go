@@ -74,8 +74,9 @@ type Quantiles struct {
 
 const curveStep = 250 * time.Millisecond
 
-// runOne runs the scenario against sys and returns its figures; err is a
-// failure to set up (no figures).
+// runOne runs the scenario against sys and returns its figures, or nil
+// if set-up failed; err also reports a run that did not converge or ended
+// with a wrong set somewhere.
 func runOne(sys system, p Params, logs *logCounter, progress func(string)) (*Result, error) {
 	if err := p.check(); err != nil {
 		return nil, err
