@@ -46,14 +46,32 @@ func newLayout(nodes, nets, perHost, endpoints int) *layout {
 		}
 	}
 	// Rollout order: every host's first endpoint, then every host's second
-	// one, …, so a wave of W endpoints is W/hosts per host.
-	perHostEps := make([][]int32, nodes)
+	// one, …, so a wave of W endpoints is W/hosts per host. A host takes
+	// its networks in turn, as a host running tasks of several services
+	// does: each of its networks gets a local endpoint, and so a sandbox,
+	// in the first wave (a host programs a network's remote endpoints only
+	// once it has a sandbox there).
+	perHostNet := make([][][]int32, nodes) // host → its k-th network → endpoints
+	for h := range perHostNet {
+		perHostNet[h] = make([][]int32, perHost)
+	}
 	for g := range endpoints {
 		n, j := g/l.perNet, g%l.perNet
 		h := l.netHosts[n][j%len(l.netHosts[n])]
 		l.owner[g] = int32(h)
 		l.own[h]++
-		perHostEps[h] = append(perHostEps[h], int32(g))
+		k := l.pos[h*nets+n]
+		perHostNet[h][k] = append(perHostNet[h][k], int32(g))
+	}
+	perHostEps := make([][]int32, nodes)
+	for h, lists := range perHostNet {
+		for i := 0; len(perHostEps[h]) < l.own[h]; i++ {
+			for _, eps := range lists {
+				if i < len(eps) {
+					perHostEps[h] = append(perHostEps[h], eps[i])
+				}
+			}
+		}
 	}
 	for k := 0; len(l.order) < endpoints; k++ {
 		for _, eps := range perHostEps {
