@@ -7,9 +7,16 @@ import "encoding/binary"
 // network (or of one owner's records in it) are equal hold the same live
 // records there; anti-entropy compares digests and ships records only
 // where they differ. A network's memberships form one more group,
-// memberGroup, so that its members also agree on who its members are. Tombstones are left out: a node that never saw
-// a record needs no tombstone for it, and one that holds the record live
-// differs from one that holds its tombstone, so the tombstone is shipped.
+// memberGroup, so that its members also agree on who its members are.
+// Tombstones are left out: a node that never saw a record needs no
+// tombstone for it, and one that holds the record live differs from one
+// that holds its tombstone, so the tombstone is shipped.
+//
+// Only owners alive in this node's view count (syncOwners). Two nodes
+// that disagree about an owner's liveness (a suspicion, a purge after the
+// grace on one of them) would otherwise ship its records back and forth
+// every round, to be refused: that fed a storm on a CPU-starved 100-host
+// benchmark, where suspicions are many.
 type digest struct {
 	count uint64
 	hash  uint64
@@ -48,55 +55,94 @@ func recordHash(r *record) uint64 {
 // named so: memberlist node names are printable.
 const memberGroup = "\x00members"
 
-// group is the digest group r counts in.
-func (r *record) group() string {
-	if r.Member {
-		return memberGroup
-	}
-	return r.Owner
-}
-
-// indexDigest accounts r (live records only) in its network's digest of
-// its group; unindexDigest takes it out again.
+// indexDigest accounts r (live endpoint records only) in its network's
+// digest of its owner; unindexDigest takes it out again. Memberships are
+// few: their digest is computed when asked for (memberDigest).
 func (s *state) indexDigest(r *record) {
-	if r.Deleted {
+	if !r.endpoint() {
 		return
 	}
-	groups := s.digests[r.NetworkID]
-	if groups == nil {
-		groups = map[string]*digest{}
-		s.digests[r.NetworkID] = groups
+	owners := s.digests[r.NetworkID]
+	if owners == nil {
+		owners = map[string]*digest{}
+		s.digests[r.NetworkID] = owners
 	}
-	d := groups[r.group()]
+	d := owners[r.Owner]
 	if d == nil {
 		d = &digest{}
-		groups[r.group()] = d
+		owners[r.Owner] = d
 	}
 	d.add(r)
 }
 
 func (s *state) unindexDigest(r *record) {
-	if r.Deleted {
+	if !r.endpoint() {
 		return
 	}
-	groups := s.digests[r.NetworkID]
-	d := groups[r.group()]
+	owners := s.digests[r.NetworkID]
+	d := owners[r.Owner]
 	if d == nil {
 		return
 	}
 	d.remove(r)
 	if d.zero() {
-		delete(groups, r.group())
-		if len(groups) == 0 {
+		delete(owners, r.Owner)
+		if len(owners) == 0 {
 			delete(s.digests, r.NetworkID)
 		}
 	}
 }
 
-// networkDigest is the digest of every live endpoint record of nid.
+// counts reports whether owner's records of nid take part in
+// anti-entropy here: this node, if it has nid, or an alive node with a
+// live membership of nid.
+func (s *state) counts(nid, owner string) bool {
+	if owner == s.self {
+		return s.interested(nid)
+	}
+	m := s.members[owner]
+	r := s.netm[nid][memberEID(owner)]
+	return m != nil && m.alive && r != nil && !r.Deleted
+}
+
+// syncOwners lists the owners whose records of nid count (see counts).
+func (s *state) syncOwners(nid string) []string {
+	var out []string
+	for _, r := range s.netm[nid] {
+		if s.counts(nid, r.Owner) {
+			out = append(out, r.Owner)
+		}
+	}
+	return out
+}
+
+// memberDigest is the digest of the live memberships of nid of the owners
+// that count.
+func (s *state) memberDigest(nid string) digest {
+	var d digest
+	for _, r := range s.netm[nid] {
+		if !r.Deleted && s.counts(nid, r.Owner) {
+			d.add(r)
+		}
+	}
+	return d
+}
+
+// groupDigest is the digest of one group of nid: its memberships, or an
+// owner's endpoint records.
+func (s *state) groupDigest(nid, group string) digest {
+	if group == memberGroup {
+		return s.memberDigest(nid)
+	}
+	return s.ownerDigest(nid, group)
+}
+
+// networkDigest is the digest of nid's memberships and of the endpoint
+// records of every owner that counts.
 func (s *state) networkDigest(nid string) digest {
-	var sum digest
-	for _, d := range s.digests[nid] {
+	sum := s.memberDigest(nid)
+	for _, owner := range s.syncOwners(nid) {
+		d := s.ownerDigest(nid, owner)
 		sum.count += d.count
 		sum.hash ^= d.hash
 	}
@@ -121,7 +167,9 @@ func (s *state) groupRecords(nid string, groups []string) []*record {
 	var out []*record
 	if want[memberGroup] {
 		for _, r := range s.netm[nid] {
-			out = append(out, r)
+			if s.counts(nid, r.Owner) {
+				out = append(out, r)
+			}
 		}
 	}
 	for _, r := range s.nets[nid] {

@@ -108,6 +108,11 @@ func TestAnswerSyncConverges(t *testing.T) {
 		join(s, "a", "10.0.0.1", t0)
 		join(s, "b", "10.0.0.2", t0)
 		join(s, "c", "10.0.0.3", t0)
+		// Both know who has the network: only those owners' records are
+		// reconciled (memberships themselves are, too, see below).
+		for _, o := range []string{"a", "b", "c"} {
+			s.apply(&record{NetworkID: netA, EndpointID: memberEID(o), Owner: o, Member: true, Version: Version{1, 0}}, srcState, t0)
+		}
 	}
 	a.publish(netA, peer("a1", "192.168.0.1", 1))
 	b.publish(netA, peer("b1", "192.168.0.2", 2))
@@ -161,5 +166,35 @@ func TestAnswerSyncConverges(t *testing.T) {
 	}
 	if entries, recs := b.answerSync([]syncEntry{{nid: netA, level: syncNetwork, sum: a.networkDigest(netA)}}); len(entries)+len(recs) != 0 {
 		t.Errorf("equal digests answered with %d entries, %d records", len(entries), len(recs))
+	}
+}
+
+// TestAnswerSyncSkipsOwnersNotAlive: an owner alive for one node and gone
+// for the other is not reconciled between them (its records would be
+// refused, and sent again every round); memberships are reconciled.
+func TestAnswerSyncSkipsOwnersNotAlive(t *testing.T) {
+	a, b := newTestState("a", "10.0.0.1", 1), newTestState("b", "10.0.0.2", 1)
+	for _, s := range []*state{a, b} {
+		join(s, "a", "10.0.0.1", t0)
+		join(s, "b", "10.0.0.2", t0)
+		join(s, "c", "10.0.0.3", t0)
+		for _, o := range []string{"a", "b", "c"} {
+			s.apply(&record{NetworkID: netA, EndpointID: memberEID(o), Owner: o, Member: true, Version: Version{1, 0}}, srcState, t0)
+		}
+	}
+	a.apply(liveRec(netA, "c1", "c", "10.0.0.3", "192.168.0.3", Version{7, 1}), srcPush, t0)
+	b.memberDown("c", t0) // b takes c for gone; a does not
+	in := []syncEntry{{nid: netA, level: syncCompare, groups: a.ownerDigests(netA)}}
+	_, recs := b.answerSync(in)
+	for _, r := range recs {
+		if r.Owner == "c" {
+			t.Errorf("b answered with c's record %s, c being gone for b", r.EndpointID)
+		}
+	}
+	_, recs = a.answerSync([]syncEntry{{nid: netA, level: syncCompare, groups: b.ownerDigests(netA)}})
+	for _, r := range recs {
+		if r.Owner == "c" && !r.Member {
+			t.Errorf("a shipped c's record %s to a node that does not list c", r.EndpointID)
+		}
 	}
 }

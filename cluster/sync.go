@@ -43,33 +43,33 @@ type ownerDigest struct {
 	d     digest
 }
 
-// ownerDigests lists the digest of every owner with live records in nid.
+// ownerDigests lists the digest of the memberships of nid and of every
+// owner that counts (see counts), empty ones included: a peer that does
+// not find an owner listed knows that it does not count here.
 func (s *state) ownerDigests(nid string) []ownerDigest {
-	out := make([]ownerDigest, 0, len(s.digests[nid]))
-	for owner, d := range s.digests[nid] {
-		out = append(out, ownerDigest{owner, *d})
+	owners := s.syncOwners(nid)
+	out := make([]ownerDigest, 0, len(owners)+1)
+	out = append(out, ownerDigest{memberGroup, s.memberDigest(nid)})
+	for _, owner := range owners {
+		out = append(out, ownerDigest{owner, s.ownerDigest(nid, owner)})
 	}
 	return out
 }
 
-// differing returns the owners whose records of nid differ between this
-// node and a peer with the digests theirs: listed with another digest,
-// or held here and not listed there.
+// differing returns the groups of nid whose records differ between this
+// node and a peer with the digests theirs. Only groups both count are
+// compared: an owner the peer does not list, or that is not alive here,
+// is left to the failure detector and the dead grace.
 func (s *state) differing(nid string, theirs []ownerDigest) []string {
-	listed := make(map[string]bool, len(theirs))
+	seen := make(map[string]bool, len(theirs))
 	var out []string
 	for _, g := range theirs {
-		if listed[g.owner] {
+		if seen[g.owner] || g.owner != memberGroup && !s.counts(nid, g.owner) {
 			continue
 		}
-		listed[g.owner] = true
-		if s.ownerDigest(nid, g.owner) != g.d {
+		seen[g.owner] = true
+		if s.groupDigest(nid, g.owner) != g.d {
 			out = append(out, g.owner)
-		}
-	}
-	for owner := range s.digests[nid] {
-		if !listed[owner] {
-			out = append(out, owner)
 		}
 	}
 	return out
@@ -95,7 +95,7 @@ func (s *state) answerSync(in []syncEntry) (out []syncEntry, recs []*record) {
 			recs = append(recs, s.groupRecords(e.nid, owners)...)
 			mine := make([]ownerDigest, 0, len(owners))
 			for _, o := range owners {
-				mine = append(mine, ownerDigest{o, s.ownerDigest(e.nid, o)})
+				mine = append(mine, ownerDigest{o, s.groupDigest(e.nid, o)})
 			}
 			if e.level == syncCompare {
 				out = append(out, syncEntry{nid: e.nid, level: syncFinal, groups: mine})
