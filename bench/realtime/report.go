@@ -43,7 +43,7 @@ func (rep *Report) Markdown(png string) string {
 		"Interleaved: %d repetition(s) of plugin then NetworkDB. Started %s.\n\n",
 		rep.Env.Go, rep.Env.GOMAXPROCS, rep.Env.CPU, rep.Env.Kernel, rep.Env.Commit, modules(rep.Env.Modules),
 		p.perHost(), p.Waves, p.WaveInterval, p.Endpoints/p.Waves, p.Timeout, rep.Reps, rep.Env.Started.Format("2006-01-02 15:04 UTC"))
-	b.WriteString("Settings: the plugin with `cluster` defaults (memberlist DefaultLANConfig, push/pull every 10 s); " +
+	b.WriteString("Settings: the plugin with `cluster` defaults (memberlist DefaultLANConfig; records pushed by their owner to the network's members, digest anti-entropy every second); " +
 		"NetworkDB with `networkdb.DefaultConfig()` (memberlist DefaultLANConfig, bulk sync every 30 s). Nothing was changed for the 2-core machine; " +
 		"\"lowest share of member views alive\" shows whether a host took another for failed. Gossip is unencrypted in both.\n\n")
 
