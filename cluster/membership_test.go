@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -99,21 +100,24 @@ func TestEpochBumpToLimitKeepsOwnRecords(t *testing.T) {
 	}
 }
 
+// syncPair returns the states of nodes a and b, which both see a, b and
+// c alive and in netA: only the records of such owners are reconciled.
+func syncPair() (a, b *state) {
+	a, b = newTestState("a", "10.0.0.1", 1), newTestState("b", "10.0.0.2", 1)
+	for _, s := range []*state{a, b} {
+		for i, o := range []string{"a", "b", "c"} {
+			join(s, o, fmt.Sprintf("10.0.0.%d", i+1), t0)
+			s.apply(&record{NetworkID: netA, EndpointID: memberEID(o), Owner: o, Member: true, Version: Version{1, 0}}, srcState, t0)
+		}
+	}
+	return a, b
+}
+
 // TestAnswerSyncConverges runs the digest exchange between two states by
 // hand: whatever each one lacks or holds older, both end equal, and two
 // equal states exchange one message each way and nothing more.
 func TestAnswerSyncConverges(t *testing.T) {
-	a, b := newTestState("a", "10.0.0.1", 1), newTestState("b", "10.0.0.2", 1)
-	for _, s := range []*state{a, b} {
-		join(s, "a", "10.0.0.1", t0)
-		join(s, "b", "10.0.0.2", t0)
-		join(s, "c", "10.0.0.3", t0)
-		// Both know who has the network: only those owners' records are
-		// reconciled (memberships themselves are, too, see below).
-		for _, o := range []string{"a", "b", "c"} {
-			s.apply(&record{NetworkID: netA, EndpointID: memberEID(o), Owner: o, Member: true, Version: Version{1, 0}}, srcState, t0)
-		}
-	}
+	a, b := syncPair()
 	a.publish(netA, peer("a1", "192.168.0.1", 1))
 	b.publish(netA, peer("b1", "192.168.0.2", 2))
 	c1 := liveRec(netA, "c1", "c", "10.0.0.3", "192.168.0.3", Version{7, 1})
@@ -173,15 +177,7 @@ func TestAnswerSyncConverges(t *testing.T) {
 // for the other is not reconciled between them (its records would be
 // refused, and sent again every round); memberships are reconciled.
 func TestAnswerSyncSkipsOwnersNotAlive(t *testing.T) {
-	a, b := newTestState("a", "10.0.0.1", 1), newTestState("b", "10.0.0.2", 1)
-	for _, s := range []*state{a, b} {
-		join(s, "a", "10.0.0.1", t0)
-		join(s, "b", "10.0.0.2", t0)
-		join(s, "c", "10.0.0.3", t0)
-		for _, o := range []string{"a", "b", "c"} {
-			s.apply(&record{NetworkID: netA, EndpointID: memberEID(o), Owner: o, Member: true, Version: Version{1, 0}}, srcState, t0)
-		}
-	}
+	a, b := syncPair()
 	a.apply(liveRec(netA, "c1", "c", "10.0.0.3", "192.168.0.3", Version{7, 1}), srcPush, t0)
 	b.memberDown("c", t0) // b takes c for gone; a does not
 	in := []syncEntry{{nid: netA, level: syncCompare, groups: a.ownerDigests(netA)}}
