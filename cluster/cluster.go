@@ -967,11 +967,11 @@ func (c *Cluster) Stats() Stats {
 		SyncsSent:            c.syncsOut,
 		SyncsReceived:        c.syncsIn,
 	}
-	for nid, recs := range st.netm {
+	for _, recs := range st.netm {
 		for _, r := range recs {
 			if !r.Deleted {
 				s.Memberships++
-				if r.Owner == c.name && st.interested(nid) {
+				if r.Owner == c.name {
 					s.Networks++
 				}
 			}

@@ -94,34 +94,41 @@ func (s *state) unindexDigest(r *record) {
 }
 
 // counts reports whether owner's records of nid take part in
-// anti-entropy here: this node, if it has nid, or an alive node with a
-// live membership of nid.
+// anti-entropy here (see counted).
 func (s *state) counts(nid, owner string) bool {
-	if owner == s.self {
-		return s.interested(nid)
-	}
-	m := s.members[owner]
-	r := s.netm[nid][memberEID(owner)]
-	return m != nil && m.alive && r != nil && !r.Deleted
+	return s.counted(s.netm[nid][memberEID(owner)])
 }
 
-// syncOwners lists the owners whose records of nid count (see counts).
+// counted reports whether the owner of membership r counts: this node or
+// an alive node, with r live.
+func (s *state) counted(r *record) bool {
+	if r == nil || r.Deleted {
+		return false
+	}
+	if r.Owner == s.self {
+		return true
+	}
+	m := s.members[r.Owner]
+	return m != nil && m.alive
+}
+
+// syncOwners lists the owners whose records of nid count.
 func (s *state) syncOwners(nid string) []string {
 	var out []string
 	for _, r := range s.netm[nid] {
-		if s.counts(nid, r.Owner) {
+		if s.counted(r) {
 			out = append(out, r.Owner)
 		}
 	}
 	return out
 }
 
-// memberDigest is the digest of the live memberships of nid of the owners
-// that count.
+// memberDigest is the digest of the memberships of nid of the owners that
+// count.
 func (s *state) memberDigest(nid string) digest {
 	var d digest
 	for _, r := range s.netm[nid] {
-		if !r.Deleted && s.counts(nid, r.Owner) {
+		if s.counted(r) {
 			d.add(r)
 		}
 	}
@@ -167,7 +174,7 @@ func (s *state) groupRecords(nid string, groups []string) []*record {
 	var out []*record
 	if want[memberGroup] {
 		for _, r := range s.netm[nid] {
-			if s.counts(nid, r.Owner) {
+			if s.counted(r) {
 				out = append(out, r)
 			}
 		}

@@ -212,7 +212,9 @@ func (c *Cluster) pushWorker() {
 			c.pushCond.Signal()
 		} else {
 			ob.state = obIdle
-			delete(c.outboxes, ob.name)
+			if c.outboxes[ob.name] == ob {
+				delete(c.outboxes, ob.name)
+			}
 		}
 		c.mu.Unlock()
 	}

@@ -203,8 +203,8 @@ func (s *state) interested(nid string) bool {
 	return r != nil && !r.Deleted
 }
 
-// joinNetwork publishes this node's membership of nid and marks the
-// network's remote records for delivery. No-op if it has nid already.
+// joinNetwork publishes this node's membership of nid, unless it has nid
+// already, and marks the network's remote records for delivery.
 func (s *state) joinNetwork(nid string) {
 	if s.interested(nid) {
 		s.markNetwork(nid)

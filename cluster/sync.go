@@ -175,16 +175,22 @@ func (c *Cluster) syncRound(nids []string) {
 }
 
 // handleSync applies a sync message's records and answers its digests.
+// The answer is encoded with mu released: it can carry a network's
+// whole table, and records are immutable.
 func (c *Cluster) handleSync(m *message, now time.Time) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, r := range m.recs {
 		c.st.apply(r, srcSync, now)
 	}
 	c.syncsIn++
 	entries, recs := c.st.answerSync(m.syncs)
 	c.flushLocked()
-	if len(entries) > 0 || len(recs) > 0 {
-		c.sendLocked(m.from, encodeSync(c.name, entries, recs, now))
+	c.mu.Unlock()
+	if len(entries) == 0 && len(recs) == 0 {
+		return
 	}
+	msg := encodeSync(c.name, entries, recs, now)
+	c.mu.Lock()
+	c.sendLocked(m.from, msg)
+	c.mu.Unlock()
 }
