@@ -225,7 +225,11 @@ type Cluster struct {
 	joinCh    chan struct{} // 1-buffered wake-ups of the rejoin goroutine
 	syncCh    chan struct{} // 1-buffered wake-ups of the anti-entropy goroutine
 	stop      chan struct{}
-	closed    atomic.Bool
+	// streams ends the TCP streams of this node's memberlist transport
+	// (dials and open connections) at Close; see abortableTransport.
+	streams       context.Context
+	cancelStreams context.CancelFunc
+	closed        atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup
@@ -313,6 +317,7 @@ func New(cfg Config) (*Cluster, error) {
 		joinCh:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
+	c.streams, c.cancelStreams = context.WithCancel(context.Background())
 	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
 	c.pushCond = sync.NewCond(&c.mu)
 	c.st = newState(cfg.NodeName, adv, epoch, cfg.DeadGrace, cfg.TombstoneTTL, lg)
@@ -345,8 +350,16 @@ func New(cfg Config) (*Cluster, error) {
 	mc.Name = cfg.NodeName
 	mc.Delegate = &delegate{c}
 	mc.Events = &events{c}
-	if mc.LogOutput != nil {
-		mc.Logger = nil
+	if mc.LogOutput != nil { // a test's; the transport below needs a Logger
+		mc.Logger, mc.LogOutput = log.New(mc.LogOutput, "", log.LstdFlags), nil
+	}
+	if mc.Transport == nil {
+		t, err := newAbortableTransport(c.streams, mc)
+		if err != nil {
+			c.cancelStreams()
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		mc.Transport = t
 	}
 
 	c.queue = &memberlist.TransmitLimitedQueue{
@@ -367,6 +380,10 @@ func New(cfg Config) (*Cluster, error) {
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if t, ok := mc.Transport.(*abortableTransport); ok {
+			t.Shutdown()
+		}
+		c.cancelStreams()
 		return nil, fmt.Errorf("cluster: start memberlist: %w", err)
 	}
 	c.ml = ml
@@ -519,6 +536,7 @@ func (c *Cluster) shutdown(leave bool) {
 	c.pushCond.Broadcast()
 	c.mu.Unlock()
 	close(c.stop)
+	c.cancelStreams()
 	if leave {
 		if err := c.ml.Leave(c.leaveTO); err != nil {
 			c.log.Debug("graceful leave", "err", err)

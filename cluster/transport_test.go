@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// silentListener returns a loopback TCP address whose connection attempts
+// hang like those to a host that went away: a listener with a backlog of
+// zero, never accepting, its one queue slot taken, so that the kernel
+// drops further SYNs.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return addr // the queue is full: SYNs go unanswered now
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 8 {
+			t.Fatal("the listener keeps accepting connections")
+		}
+	}
+}
+
+// A Close while memberlist dials a member that does not answer returns at
+// once: it held the plugin's SIGTERM for memberlist's TCPTimeout (10 s),
+// and the test harness killed the plugin.
+func TestCloseDoesNotWaitForUnansweredDial(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short mode: binds loopback sockets and waits for a dial")
+	}
+	seed := silentListener(t)
+	c, err := New(Config{
+		NodeName:      "n1",
+		BindAddr:      "127.0.0.1",
+		AdvertiseAddr: netip.MustParseAddr("127.0.0.1"),
+		Join:          []string{seed},
+		Sink:          newRecSink(),
+		Logger:        testLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rejoin loop tries the seed at start: its push/pull dial hangs.
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	c.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Close took %v while a dial hung (memberlist's TCPTimeout is 10s)", d)
+	}
+}
