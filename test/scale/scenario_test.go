@@ -27,6 +27,7 @@ package scale
 
 import (
 	"flag"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"testing/synctest"
@@ -82,6 +83,7 @@ var (
 	flagMemProf   = flag.String("scale.memprofile", "", "write a heap profile taken after the steady-state window to this file")
 	flagTimeout   = flag.Duration("scale.timeout", 15*time.Minute, "give up (and fail) if membership or convergence is not reached within this (simulated) time")
 	flagMaxRSS    = flag.Uint64("scale.max-rss-gib", 20, "abort the test binary if its resident set passes this many GiB, before the machine runs out of memory")
+	flagFraction  = flag.Float64("scale.fraction", 1, "scale the scenario's hosts, networks, endpoints, waves and warm-up by this factor (a 1,000-host scenario at 0.2 has the same networks per host and hosts per network, in 200 hosts): for profiling")
 	flagOut       = flag.String("scale.out", "", "results file (Markdown; JSON next to it). Default: build/scale/<scenario>[-realtime].md, none for small")
 )
 
@@ -109,6 +111,15 @@ func paramsFromFlags(t *testing.T) params {
 		t.Fatalf("unknown scenario %q", *flagScenario)
 	}
 	s.Name = *flagScenario
+	if f := *flagFraction; f != 1 {
+		if f <= 0 || f > 1 {
+			t.Fatalf("-scale.fraction %v: must be in (0, 1]", f)
+		}
+		scale := func(n int) int { return int(float64(n)*f + 0.5) }
+		s.Nodes, s.Networks, s.Endpoints, s.WaveSize, s.Warm = scale(s.Nodes), max(scale(s.Networks), 1), scale(s.Endpoints), max(scale(s.WaveSize), 1), scale(s.Warm)
+		s.Name += fmt.Sprintf("-x%g", f)
+		s.Desc = fmt.Sprintf("%s, scaled by %g: %d hosts, %d networks, %d endpoints", s.Desc, f, s.Nodes, s.Networks, s.Endpoints)
+	}
 	p := params{
 		scenario:         s,
 		Realtime:         *flagRealtime,
