@@ -289,10 +289,35 @@ func startProfile(t *testing.T) func() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	outsideBubble(func() { err = pprof.StartCPUProfile(f) })
+	if err != nil {
 		t.Fatal(err)
 	}
-	return sync.OnceFunc(func() { pprof.StopCPUProfile(); f.Close() })
+	return sync.OnceFunc(func() { outsideBubble(pprof.StopCPUProfile); f.Close() })
+}
+
+// Channels made outside any bubble, for outsideBubble.
+var (
+	outsideCalls = make(chan func())
+	outsideDone  = make(chan struct{})
+)
+
+func init() {
+	go func() {
+		for f := range outsideCalls {
+			f()
+			outsideDone <- struct{}{}
+		}
+	}()
+}
+
+// outsideBubble runs f on a goroutine outside the synctest bubble and
+// waits for it. A CPU profile started in the bubble has its writer
+// goroutine there, in a system call the bubble's clock waits for: virtual
+// time stopped for good.
+func outsideBubble(f func()) {
+	outsideCalls <- f
+	<-outsideDone
 }
 
 func writeHeapProfile(t *testing.T) {
