@@ -332,6 +332,13 @@ func New(cfg Config) (*Cluster, error) {
 	// of 30 s left hosts stale that long under churn. The table is small,
 	// about 64 bytes a record before compression.
 	mc.PushPullInterval = 10 * time.Second
+	// No LZW: memberlist allocates a fresh compressor for every message
+	// (tens of KiB), and this protocol's records are compact binary that
+	// LZW does not shrink. Measured in the 200-host, 20,000-endpoint
+	// simulation (scenario d at -scale.fraction 0.2): with compression the
+	// wire carried 1.6% more bytes, and the rollout cost 2.2× the CPU,
+	// half of it LZW and the collection of its garbage.
+	mc.EnableCompression = false
 	mc.BindAddr = cfg.BindAddr
 	mc.BindPort = cfg.BindPort
 	mc.AdvertiseAddr = adv.String()

@@ -77,7 +77,7 @@ var (
 	flagProbe     = flag.Duration("scale.probe-interval", 0, "memberlist ProbeInterval (0: as shipped, 1s)")
 	flagSuspicion = flag.Int("scale.suspicion-mult", 0, "memberlist SuspicionMult (0: as shipped, 4). The real-time variant at 100 hosts needs 20, or CPU starvation passes for failed hosts")
 	flagResync    = flag.Duration("scale.resync", 30*time.Second, "period of every host's driver.Resync, as the plugin's serve runs it (0: none)")
-	flagCompress  = flag.Bool("scale.compression", true, "memberlist EnableCompression (as shipped: true)")
+	flagCompress  = flag.Bool("scale.compression", false, "memberlist EnableCompression (as shipped: false)")
 	flagEncrypt   = flag.Bool("scale.encrypt", false, "encrypt gossip (AES-256-GCM shared key)")
 	flagProfile   = flag.String("scale.cpuprofile", "", "write a CPU profile of the rollout (first Join until convergence) to this file")
 	flagMemProf   = flag.String("scale.memprofile", "", "write a heap profile taken after the steady-state window to this file")
