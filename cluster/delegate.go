@@ -212,7 +212,8 @@ func (b *broadcast) Message() []byte { return b.msg }
 func (b *broadcast) Finished()       {}
 
 // mlLogWriter turns memberlist's "[LEVEL] memberlist: ..." lines into slog
-// records.
+// records at that level. memberlist mostly writes [ERR] for errors, but
+// [ERROR] and "Err:" in a few places.
 type mlLogWriter struct{ log *slog.Logger }
 
 func (w *mlLogWriter) Write(p []byte) (int, error) {
@@ -221,7 +222,8 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 	for _, l := range [...]struct {
 		prefix string
 		level  slog.Level
-	}{{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn}, {"[ERR]", slog.LevelError}} {
+	}{{"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn},
+		{"[ERR]", slog.LevelError}, {"[ERROR]", slog.LevelError}, {"Err:", slog.LevelError}} {
 		if rest, ok := cutPrefix(s, l.prefix); ok {
 			s, level = rest, l.level
 			break

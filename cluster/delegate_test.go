@@ -1,0 +1,45 @@
+package cluster
+
+import (
+	"context"
+	"log"
+	"log/slog"
+	"testing"
+)
+
+// recordHandler keeps the records it is handed.
+type recordHandler struct{ recs *[]slog.Record }
+
+func (recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	*h.recs = append(*h.recs, r)
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// memberlist's lines keep their level: the plugin routes WARN and ERROR to
+// stderr, which dockerd logs as errors, and the rest to stdout.
+func TestMemberlistLogLevels(t *testing.T) {
+	var recs []slog.Record
+	l := log.New(&mlLogWriter{log: slog.New(recordHandler{&recs})}, "", 0)
+	for _, c := range []struct {
+		line  string
+		level slog.Level
+		msg   string
+	}{
+		{"[DEBUG] memberlist: Stream connection from=198.51.100.2:7947", slog.LevelDebug, "Stream connection from=198.51.100.2:7947"},
+		{"[INFO] memberlist: Marking n2 as failed, suspect timeout reached (0 peer confirmations)", slog.LevelInfo, "Marking n2 as failed, suspect timeout reached (0 peer confirmations)"},
+		{"[WARN] memberlist: Was able to connect to n2 over TCP but UDP probes failed, network may be misconfigured", slog.LevelWarn, "Was able to connect to n2 over TCP but UDP probes failed, network may be misconfigured"},
+		{"[ERR] memberlist: Failed to send ping: write: broken pipe", slog.LevelError, "Failed to send ping: write: broken pipe"},
+		{"[ERROR] memberlist: Failed to encrypt local state: x", slog.LevelError, "Failed to encrypt local state: x"},
+		{"Err: Could not set the deadline: x", slog.LevelError, "Could not set the deadline: x"},
+		{"no prefix at all", slog.LevelInfo, "no prefix at all"},
+	} {
+		recs = nil
+		l.Print(c.line)
+		if len(recs) != 1 || recs[0].Level != c.level || recs[0].Message != c.msg {
+			t.Errorf("%q: got %v, want one %v record %q", c.line, recs, c.level, c.msg)
+		}
+	}
+}
