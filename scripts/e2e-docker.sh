@@ -52,7 +52,7 @@ e2e_on_fail() {
 }
 E2E_ON_FAIL=e2e_on_fail
 
-# e2e_node_log I: node I's dockerd log (the plugin's stderr is in it).
+# e2e_node_log I: node I's dockerd log (the plugin's stdout and stderr are in it).
 e2e_node_log() { cat "$(e2e_node_dir "$1")/dockerd.log"; }
 E2E_NODE_LOG=e2e_node_log
 

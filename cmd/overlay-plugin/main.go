@@ -50,7 +50,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprint(stdout, usageText)
 		return 0
 	case "serve":
-		return runServe(rest, getenv, stderr)
+		return runServe(rest, getenv, stdout, stderr)
 	case "state":
 		return reportErr(stderr, runState(rest, getenv, stdout, stderr))
 	case "peer":

@@ -80,13 +80,15 @@ func defaultDeps() serveDeps {
 	}
 }
 
-// runServe is the serve subcommand.
-func runServe(args []string, getenv func(string) string, stderr io.Writer) int {
+// runServe is the serve subcommand. Its log lines go to stdout (INFO,
+// DEBUG) and stderr (WARN, ERROR), see newServeLogger; a bad command line
+// is reported on stderr.
+func runServe(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg, err := parseServeConfig(args, getenv, stderr)
 	if err != nil {
 		return reportErr(stderr, err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := newServeLogger(stdout, stderr, cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := serve(ctx, cfg, defaultDeps(), log); err != nil {
