@@ -18,11 +18,15 @@ import (
 // knows every node (GET /nodes). Those addresses become gossip hints;
 // joining any live member is enough, gossip does the rest.
 
-// swarmAddrs lists the addresses of swarm nodes the local engine knows.
+// swarmAddrs lists the addresses of swarm nodes the local engine knows:
+// the managers from /info, and every node from /nodes where /info says this
+// node is a manager (Swarm.ControlAvailable). A worker's engine answers
+// /nodes with 503 and logs it as an error, twice, every time it is asked.
 func swarmAddrs(ctx context.Context, c *http.Client) ([]netip.Addr, error) {
 	var info struct {
 		Swarm struct {
-			RemoteManagers []struct{ Addr string }
+			ControlAvailable bool
+			RemoteManagers   []struct{ Addr string }
 		}
 	}
 	if err := getJSON(ctx, c, "/info", &info); err != nil {
@@ -41,14 +45,17 @@ func swarmAddrs(ctx context.Context, c *http.Client) ([]netip.Addr, error) {
 	for _, m := range info.Swarm.RemoteManagers {
 		add(m.Addr)
 	}
+	if !info.Swarm.ControlAvailable {
+		return out, nil
+	}
 	var nodes []struct {
 		Status struct{ Addr string }
 	}
-	// Only managers may list nodes; on a worker this fails, which is fine.
-	if err := getJSON(ctx, c, "/nodes", &nodes); err == nil {
-		for _, n := range nodes {
-			add(n.Status.Addr)
-		}
+	if err := getJSON(ctx, c, "/nodes", &nodes); err != nil {
+		return out, err
+	}
+	for _, n := range nodes {
+		add(n.Status.Addr)
 	}
 	return out, nil
 }
@@ -81,7 +88,7 @@ func hintFromDocker(ctx context.Context, socket string, period time.Duration, hi
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		addrs, err := swarmAddrs(ctx, c)
+		addrs, err := swarmAddrs(ctx, c) // what it has, even with an error
 		if err != nil {
 			log.Debug("ask Docker for the swarm's nodes", "socket", socket, "err", err)
 		}
