@@ -90,7 +90,9 @@ bench-scale-realtime:
 # The Docker managed plugin: build/plugin (config.json + rootfs), no image
 # registry involved; plugin-install creates and enables it in the local
 # engine (PLUGIN_NAME, and PLUGIN_SETTINGS="K=V ..." for docker plugin set).
-PLUGIN_NAME ?= overlay-plugin
+# The name has its tag: Docker registers the network driver under the
+# plugin's full name, so it is what `docker network create -d` takes.
+PLUGIN_NAME ?= overlay-plugin:latest
 plugin: build
 	bash plugin/build.sh build/plugin
 

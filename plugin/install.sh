@@ -5,6 +5,12 @@
 #   docker plugin rm -f NAME; docker plugin create NAME DIR;
 #   docker plugin set NAME $PLUGIN_SETTINGS; docker plugin enable NAME
 #
+# NAME is a plugin reference, NAME:TAG; without a tag it gets :latest, as
+# Docker gives it anyway. Docker registers the network driver under that
+# full name, so `docker network create -d NAME:TAG` (`-d overlay-plugin`
+# fails with "could not resolve driver overlay-plugin in registry" for a
+# plugin named overlay-plugin:latest).
+#
 # Environment:
 #   PLUGIN_DIR       plugin directory (default build/plugin)
 #   PLUGIN_SETTINGS  space-separated K=V given to `docker plugin set`, e.g.
@@ -33,6 +39,13 @@ read -ra docker <<<"${DOCKER:-docker}"
 
 log() { printf '%s [plugin/install %s] %s\n' "$(date -u +%H:%M:%S)" "$name" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# The full name, as Docker stores it: a tag after the last path component.
+case ${name##*/} in
+*@*) die "a plugin name cannot be a digest reference" ;;
+*:*) ;;
+*) name=$name:latest ;;
+esac
 
 [[ -f $dir/config.json && -x $dir/rootfs/overlay-plugin ]] || die "$dir is not a plugin directory (run plugin/build.sh)"
 
@@ -90,6 +103,6 @@ if ((${#settings[@]})); then
 fi
 log "docker plugin enable $name"
 "${docker[@]}" plugin enable --timeout "${PLUGIN_ENABLE_TIMEOUT:-30}" "$name" >/dev/null
-"${docker[@]}" plugin ls --filter "enabled=true" --format '{{.Name}} {{.Enabled}}' | grep -q "^$name" \
+"${docker[@]}" plugin ls --filter "enabled=true" --format '{{.Name}}' | grep -qxF "$name" \
 	|| die "plugin $name is not enabled"
-log "enabled"
+log "enabled; its network driver is $name: docker network create -d $name ..."
