@@ -6,16 +6,18 @@
 # busybox-static, iproute2), builds the plugin (make build) and
 # its directory (plugin/build.sh), starts a 2-node swarm with one dockerd per
 # network namespace (scripts/e2e/lib.sh), proves the harness with Docker's own
-# overlay, installs the plugin on every node (plugin/install.sh) and runs the
-# checks of scripts/e2e/checks.sh. It prints PASS/FAIL per check and ends with
+# overlay, installs the plugin on every node with the README's install command
+# and name (make plugin-install PLUGIN_NAME=..., read from README.md) and runs
+# the checks of scripts/e2e/checks.sh, the README's own Docker commands first.
+# It prints PASS/FAIL per check and ends with
 #   e2e: N passed, M failed
 # exits non-zero on any failure, and always cleans up (namespaces, daemons,
 # mounts, temporary files). Nothing is added to the root network namespace.
 #
 # Environment: E2E_NODES (2), E2E_CHECKS (subset of check functions),
-# E2E_PLUGIN (plugin name, overlay:e2e), E2E_EXPECT_ESP (auto-detected),
-# E2E_KEEP_TMP=1 (keep logs), E2E_SKIP_BUILD=1 (use build/plugin as is),
-# E2E_PLUGIN_SETTINGS (extra `docker plugin set` K=V).
+# E2E_EXPECT_ESP (auto-detected), E2E_KEEP_TMP=1 (keep logs),
+# E2E_SKIP_BUILD=1 (use build/plugin as is, installed by plugin/install.sh
+# under the README's name), E2E_PLUGIN_SETTINGS (extra `docker plugin set` K=V).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,7 +27,8 @@ source "$here/e2e/lib.sh"
 # shellcheck source=scripts/e2e/checks.sh
 source "$here/e2e/checks.sh"
 
-: "${E2E_PLUGIN:=overlay:e2e}"
+# The plugin's name is the README's: the checks run the README's commands.
+E2E_PLUGIN=$(ck_readme_plugin_name) || die "README.md has no 'make plugin-install' command in '$CK_README_SECTION'"
 [[ -d /usr/local/go/bin ]] && PATH=$PATH:/usr/local/go/bin
 
 trap e2e_cleanup EXIT

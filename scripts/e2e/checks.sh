@@ -8,6 +8,8 @@
 # "docker -H unix:///run/n1.sock" or "docker -H ssh://root@node2"):
 #
 #   check_builtin_overlay  harness self-test: Docker's own overlay, global dnsrr service
+#   check_readme_docker    README.md's "Using it with Docker" commands, read from the
+#                          README and run as written: settings, network, service
 #   check_plugin_service   (a) plugin network, global dnsrr service, by address and tasks.<svc>;
 #                          the metrics on each node's admin socket
 #   check_plugin_attachable (b) --attachable plugin network used by docker run on every node
@@ -18,7 +20,7 @@
 #                          (on an encrypted network where the kernel has ESP)
 #
 # Settings (environment):
-#   E2E_PLUGIN       plugin (driver) name, e.g. overlay:e2e            (required for plugin checks)
+#   E2E_PLUGIN       plugin (driver) name: the README's, ck_readme_plugin_name (required for plugin checks)
 #   E2E_IMAGE        busybox image present on every node               (default local/busybox:1)
 #   E2E_HOSTX        bash array: E2E_HOSTX[i] runs a command on node i's host
 #                    (root), e.g. "nsenter -t PID -m -n -u --" or "ssh root@node2";
@@ -87,6 +89,14 @@ ck_hx() {
 	"${c[@]}" "$@"
 }
 
+# ck_dkt SECONDS I ARGS...: ck_dk under a time limit.
+ck_dkt() {
+	local t=$1 i=$2; shift 2
+	local -a c
+	read -ra c <<<"${CK_D[$i]}"
+	timeout "$t" "${c[@]}" "$@"
+}
+
 ck_have_hostx() {
 	local i
 	for ((i = 0; i < CK_N; i++)); do [[ -n ${E2E_HOSTX[$i]:-} ]] || return 1; done
@@ -106,8 +116,9 @@ ck_retry() {
 	done
 }
 
-# Resources a check creates are removed when its subshell exits.
-CK_SERVICES=() CK_NETWORKS=() CK_CONTAINERS=()
+# Resources a check creates are removed when its subshell exits
+# (CK_IMAGES: "node:image" made by the check).
+CK_SERVICES=() CK_NETWORKS=() CK_CONTAINERS=() CK_IMAGES=()
 ck_teardown() {
 	local s n c i
 	for s in "${CK_SERVICES[@]}"; do ck_dk 0 service rm "$s" >/dev/null 2>&1; done
@@ -127,6 +138,7 @@ ck_teardown() {
 			sleep 1
 		done
 	done
+	for c in "${CK_IMAGES[@]}"; do ck_dk "${c%%:*}" rmi -f "${c#*:}" >/dev/null 2>&1; done
 }
 
 # ck_all_task_containers SVC: "node:cid" of SVC's containers on all nodes.
@@ -359,6 +371,59 @@ ck_xfrm_packets() {
 	ck_hx "$1" ip -s xfrm state list 2>/dev/null | awk '/lifetime current:/ {getline; for (k = 1; k <= NF; k++) if ($k ~ /\(packets\)/) {sub(/\(packets\)/, "", $k); s += $k}} END {print s + 0}'
 }
 
+# ------------------------------------------------------------------ README
+
+# The README's commands are run as written, so that the README and what works
+# cannot drift apart: the plugin is installed by the README's install command
+# under its name (scripts/e2e/lib.sh, e2e_install_plugin), and
+# check_readme_docker runs the rest of its "Using it with Docker" section.
+CK_README=${CK_README:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/README.md}
+CK_README_SECTION="Using it with Docker"
+
+# ck_readme_cmds [SECTION]: the commands of README.md's ```sh blocks, of the
+# "## SECTION" part only when given, one a line: continuation lines joined,
+# comments and blank lines dropped.
+ck_readme_cmds() {
+	awk -v sec="${1:-}" '
+		BEGIN { in_sec = (sec == "") }
+		/^## / { in_sec = (sec == "" || substr($0, 4) == sec); next }
+		!in_sec { next }
+		/^```sh[ \t]*$/ { in_sh = 1; cont = ""; next }
+		/^```/ { in_sh = 0; next }
+		!in_sh || /^[ \t]*#/ { next }
+		{
+			line = $0
+			sub(/[ \t]+#.*$/, "", line)
+			sub(/^[ \t]+/, "", line)
+			if (cont != "") line = cont " " line
+			if (line ~ /\\$/) { sub(/[ \t]*\\$/, "", line); cont = line; next }
+			cont = ""
+			if (line != "") print line
+		}' "$CK_README"
+}
+
+# ck_readme_install_cmd: the README's install command (make plugin-install ...).
+ck_readme_install_cmd() {
+	ck_readme_cmds "$CK_README_SECTION" | grep -m1 -E '^make plugin-install( |$)'
+}
+
+# ck_readme_plugin_name: the plugin name the README installs: its install
+# command's PLUGIN_NAME, else the Makefile's default.
+ck_readme_plugin_name() {
+	local cmd name
+	cmd=$(ck_readme_install_cmd) || return 1
+	name=$(grep -oE '(^| )PLUGIN_NAME=[^ ]+' <<<"$cmd" | sed 's/.*=//')
+	[[ -n $name ]] || name=$(sed -nE 's/^PLUGIN_NAME[ \t]*\??=[ \t]*([^ \t]+).*/\1/p' "$(dirname "$CK_README")/Makefile")
+	[[ -n $name ]] && echo "$name"
+}
+
+# ck_readme_names: the plugin names the README gives docker anywhere (in
+# code blocks or in the text): `network create -d NAME` and `docker plugin
+# disable|enable|set|inspect|rm NAME`.
+ck_readme_names() {
+	grep -oE -- '(network create -d|docker plugin (disable|enable|set|inspect|rm)( -f)?) [^- `;\\][^ `;\\]*' "$CK_README" | awk '{print $NF}'
+}
+
 # ------------------------------------------------------------------ checks
 
 check_builtin_overlay() {
@@ -367,6 +432,98 @@ check_builtin_overlay() {
 	ck_web_service e2e-builtin --mode global --network e2e-builtin || return 1
 	ck_wait_tasks e2e-builtin 1 || return 1
 	ck_mesh e2e-builtin e2e-builtin
+}
+
+# check_readme_docker: README.md's "Using it with Docker" commands, read from
+# the README and run as written, `docker` being each node's CLI: every plugin
+# name the README gives docker is the installed one; the settings commands
+# (disable, set, enable) on every node, before any network uses the plugin;
+# the example network, and its service, whose tasks must reach each other on
+# it by address and through tasks.<service>. Two stand-ins: the service's
+# image (the README's last word) is the test image under that name where a
+# node lacks it (no registry here), serving HTTP on port 80; and where the
+# kernel has no ESP the network is created without --opt encrypted (the
+# refusal is check_plugin_encrypted's).
+check_readme_docker() {
+	ck_nodes "$@"
+	local -a cmds settings
+	local c i j out net_cmd='' svc_cmd='' net svc image bad
+	[[ -f $CK_README ]] || { ck_fail "no README at $CK_README"; return 1; }
+	bad=$(ck_readme_names | grep -vxF -- "$E2E_PLUGIN" | sort -u | tr '\n' ' ')
+	[[ -z $bad ]] || { ck_fail "the README names the plugin [${bad% }] but it is installed as $E2E_PLUGIN"; return 1; }
+	mapfile -t cmds < <(ck_readme_cmds "$CK_README_SECTION")
+	for c in "${cmds[@]}"; do
+		case $c in
+		"docker plugin disable "* | "docker plugin set "* | "docker plugin enable "*) settings+=("$c") ;;
+		"docker network create "*) [[ -n $net_cmd ]] || net_cmd=$c ;;
+		"docker service create "*) [[ -n $svc_cmd ]] || svc_cmd=$c ;;
+		esac
+	done
+	((${#settings[@]} == 3)) || { ck_fail "README: want docker plugin disable, set and enable, found: ${settings[*]}"; return 1; }
+	[[ -n $net_cmd && -n $svc_cmd ]] || { ck_fail "README: no docker network create and docker service create in '$CK_README_SECTION'"; return 1; }
+	net=${net_cmd##* } image=${svc_cmd##* }
+	svc=$(sed -nE 's/.* --name[ =]([^ ]+).*/\1/p' <<<"$svc_cmd")
+	[[ -n $svc ]] || { ck_fail "README: the service create has no --name: $svc_cmd"; return 1; }
+	[[ $svc_cmd == *" --mode global "* ]] || { ck_fail "README: the example service is not --mode global (one task per node, for traffic across hosts): $svc_cmd"; return 1; }
+
+	for ((i = 0; i < CK_N; i++)); do
+		for c in "${settings[@]}"; do
+			out=$(eval "ck_dkt 60 $i ${c#docker }" 2>&1) || { ck_fail "node $i: $c: $out"; return 1; }
+		done
+		ck_log "node $i: ${#settings[@]} settings commands ok: ${settings[*]}"
+	done
+
+	if [[ ${E2E_EXPECT_ESP:-0} != 1 && $net_cmd == *" --opt encrypted"* ]]; then
+		net_cmd=${net_cmd/ --opt encrypted/}
+		ck_log "note: this kernel has no ESP: the README's network without --opt encrypted"
+	fi
+	CK_NETWORKS+=("$net")
+	out=$(eval "ck_dkt 60 0 ${net_cmd#docker }" 2>&1) || { ck_fail "$net_cmd: $out"; return 1; }
+	ck_log "$net_cmd = ${out:0:12}"
+
+	for ((i = 0; i < CK_N; i++)); do
+		ck_dk "$i" image inspect "$image" >/dev/null 2>&1 && continue
+		c=$(ck_dk "$i" create "$E2E_IMAGE") || { ck_fail "node $i: docker create $E2E_IMAGE failed"; return 1; }
+		out=$(ck_dk "$i" commit --change 'CMD ["sh", "-c", "hostname >/www/index.html; exec httpd -f -p 80 -h /www"]' "$c" "$image" 2>&1) \
+			|| { ck_dk "$i" rm "$c" >/dev/null 2>&1; ck_fail "node $i: stand-in image $image: $out"; return 1; }
+		ck_dk "$i" rm "$c" >/dev/null 2>&1
+		CK_IMAGES+=("$i:$image")
+	done
+	ck_log "image $image on every node (the test image serving HTTP on port 80 where it was missing)"
+
+	# Not detached: the CLI returns once the service converged.
+	CK_SERVICES+=("$svc")
+	out=$(eval "ck_dkt $E2E_TASK_TIMEOUT 0 ${svc_cmd#docker }" 2>&1) \
+		|| { ck_fail "$svc_cmd (${E2E_TASK_TIMEOUT}s): $(tail -3 <<<"$out" | tr '\n' ' ') tasks: $(ck_task_errors "$svc" | tr '\n' ';')"; return 1; }
+	ck_log "$svc_cmd: converged"
+	ck_wait_tasks "$svc" 1 || return 1
+
+	local CK_PORT=80 fails=0 names
+	local -a cid ip
+	for ((i = 0; i < CK_N; i++)); do
+		cid[i]=$(ck_running_cids "$i" "$svc" | head -1)
+		ip[i]=$(ck_ip "$i" "${cid[i]}" "$net")
+		[[ -n ${ip[i]} ]] || { ck_fail "node $i: task ${cid[i]:0:12} has no address on $net"; return 1; }
+	done
+	for ((i = 0; i < CK_N; i++)); do
+		for ((j = 0; j < CK_N; j++)); do
+			((i == j)) && continue
+			if out=$(ck_get "$i" "${cid[i]}" "${ip[j]}") && [[ -n $out ]]; then
+				ck_log "node $i -> node $j (${ip[j]}:$CK_PORT on $net): ok"
+			else
+				ck_fail "node $i -> node $j (${ip[j]}:$CK_PORT on $net): no answer"
+				fails=1
+			fi
+		done
+		names=$(ck_retry 15 ck_resolve_n "$i" "${cid[i]}" "tasks.$svc" "$CK_N")
+		for ((j = 0; j < CK_N; j++)); do
+			grep -qxF -- "${ip[j]}" <<<"$names" && continue
+			ck_fail "node $i: tasks.$svc resolves to [$(tr '\n' ' ' <<<"$names")], without ${ip[j]}"
+			fails=1
+		done
+		((fails)) || ck_log "node $i: tasks.$svc -> $(tr '\n' ' ' <<<"$names")"
+	done
+	return "$fails"
 }
 
 check_plugin_service() {
@@ -670,9 +827,11 @@ e2e_run_check() {
 	return 0
 }
 
-# e2e_plugin_checks CLI...: (a)-(f) against $E2E_PLUGIN; E2E_CHECKS may list a
-# subset by function name.
-E2E_PLUGIN_CHECKS=(check_plugin_service check_plugin_attachable check_plugin_encrypted
+# e2e_plugin_checks CLI...: the README's commands, (a)-(f) against
+# $E2E_PLUGIN; E2E_CHECKS may list a subset by function name.
+# check_readme_docker comes first: the README's settings commands disable
+# the plugin, which Docker refuses while a network uses it.
+E2E_PLUGIN_CHECKS=(check_readme_docker check_plugin_service check_plugin_attachable check_plugin_encrypted
 	check_coexistence check_teardown check_disable_enable)
 e2e_plugin_checks() {
 	local c

@@ -336,18 +336,37 @@ e2e_build_image() {
 
 # ---------------------------------------------------------------- plugin
 
-# e2e_install_plugin NAME: build/plugin installed on every node, each with its
-# own state directory and the run's shared secret directory.
+# e2e_install_plugin NAME: the plugin installed as NAME on every node, each
+# with its own state directory and the run's shared secret directory, by the
+# README's install command (ck_readme_install_cmd, scripts/e2e/checks.sh: make
+# plugin-install PLUGIN_NAME=NAME) run as written in the checkout, with the
+# node's docker CLI in DOCKER and the harness's mount sources in
+# PLUGIN_SETTINGS, which plugin/install.sh reads. With E2E_SKIP_BUILD=1 or
+# E2E_PLUGIN_DIR, plugin/install.sh is run directly (make would rebuild
+# build/plugin).
 e2e_install_plugin() {
-	local name=$1 i dir
+	local name=$1 i dir cmd direct=0
 	mkdir -p -m 700 "$E2E_TMP/secrets"
 	[[ -f $E2E_TMP/secrets/secret ]] || head -c 32 /dev/urandom | base64 >"$E2E_TMP/secrets/secret"
 	chmod 600 "$E2E_TMP/secrets/secret"
+	[[ ${E2E_SKIP_BUILD:-0} == 1 || -n ${E2E_PLUGIN_DIR:-} ]] && direct=1
+	if ((!direct)); then
+		cmd=$(ck_readme_install_cmd) || { log "README.md has no 'make plugin-install' command"; return 1; }
+		[[ $(ck_readme_plugin_name) == "$name" ]] || { log "the README installs $(ck_readme_plugin_name), not $name"; return 1; }
+	fi
 	for ((i = 0; i < E2E_NODES; i++)); do
 		dir=$(e2e_node_dir "$i")
-		DOCKER="${E2E_DOCKER[i]}" PLUGIN_DIR="${E2E_PLUGIN_DIR:-$E2E_ROOT/build/plugin}" \
-			PLUGIN_SETTINGS="state.source=$dir/pstate secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$i") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$i") ${E2E_PLUGIN_SETTINGS:-}" \
-			bash "$E2E_ROOT/plugin/install.sh" "$name" || return 1
+		(
+			export DOCKER="${E2E_DOCKER[i]}" PLUGIN_DIR="${E2E_PLUGIN_DIR:-$E2E_ROOT/build/plugin}" \
+				PLUGIN_SETTINGS="state.source=$dir/pstate secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$i") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$i") ${E2E_PLUGIN_SETTINGS:-}"
+			cd "$E2E_ROOT" || exit 1
+			if ((direct)); then
+				bash plugin/install.sh "$name"
+			else
+				log "$(e2e_node_name "$i"): $cmd"
+				eval "$cmd"
+			fi
+		) >&2 || return 1
 	done
 }
 

@@ -6,7 +6,7 @@
 #   E2E_NODE_ADDRS  underlay addresses, manager first (e.g. "192.168.56.11 192.168.56.12 192.168.56.13");
 #                   the address of this VM is driven locally, the others
 #                   through `docker -H ssh://root@ADDR` and `ssh root@ADDR`
-#   E2E_PLUGIN      plugin name (default overlay:e2e)
+#   E2E_PLUGIN      plugin name (default: the README's, which the checks expect)
 #
 # Prints PASS/FAIL per check and "e2e: N passed, M failed"; exits non-zero on
 # failure. Leaves the swarm and the plugin in place for inspection
@@ -19,7 +19,7 @@ source "$here/lib.sh"
 # shellcheck source=scripts/e2e/checks.sh
 source "$here/checks.sh"
 
-: "${E2E_PLUGIN:=overlay:e2e}"
+: "${E2E_PLUGIN:=$(ck_readme_plugin_name)}"
 : "${E2E_NODE_ADDRS:?set E2E_NODE_ADDRS}"
 export E2E_EXPECT_ESP=1
 read -ra addrs <<<"$E2E_NODE_ADDRS"
