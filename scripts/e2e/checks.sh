@@ -18,6 +18,8 @@
 #   check_teardown         (e) scale up/down, service rm, network rm leave nothing behind
 #   check_disable_enable   (f) docker plugin disable -f / enable with tasks running
 #                          (on an encrypted network where the kernel has ESP)
+#   check_plugin_logs      (g) dockerd logs the plugin's lines at the plugin's level,
+#                          and no worker's dockerd is asked GET /nodes by the plugin
 #
 # Settings (environment):
 #   E2E_PLUGIN       plugin (driver) name: the README's, ck_readme_plugin_name (required for plugin checks)
@@ -797,6 +799,43 @@ check_disable_enable() {
 	return "$fails"
 }
 
+# check_plugin_logs: the plugin's lines in dockerd's log carry the plugin's
+# level (its INFO and DEBUG on stdout, which dockerd logs at info; WARN and
+# ERROR on stderr, at error), and no worker's dockerd was asked GET /nodes
+# (it answers only on a manager, and logs every refusal as an error). Run
+# last, so the plugin has been at it for a while.
+check_plugin_logs() {
+	ck_nodes "$@"
+	[[ -n ${E2E_NODE_LOG:-} ]] || { ck_fail "E2E_NODE_LOG is needed to read dockerd's log"; return 1; }
+	local i fails=0 lines pairs wrong n
+	for ((i = 0; i < CK_N; i++)); do
+		lines=$(ck_node_log "$i")
+		# "<dockerd level> <plugin level>" of every plugin line in slog's format
+		pairs=$(grep -E 'plugin=[0-9a-f]{64}' <<<"$lines" \
+			| sed -nE 's/.* level=([a-z]+) msg="time=[^ ]+ level=([A-Z]+)[-+0-9]* .*/\1 \2/p')
+		n=$(grep -c '^info INFO$' <<<"$pairs")
+		wrong=$(grep -vE '^(info (DEBUG|INFO)|error (WARN|ERROR))$' <<<"$pairs" | grep . | sort | uniq -c | tr -s ' \n' ' ')
+		if ((n == 0)); then
+			ck_fail "node $i: no INFO line of the plugin logged by dockerd at level=info"
+			fails=1
+		elif [[ -n $wrong ]]; then
+			ck_fail "node $i: plugin lines at the wrong dockerd level (count, dockerd's, plugin's): $wrong"
+			fails=1
+		else
+			ck_log "node $i: $(grep -c . <<<"$pairs") plugin lines, each at its level: $(awk '{print $1 "/" $2}' <<<"$pairs" | sort | uniq -c | tr -s ' \n' ' ')"
+		fi
+		[[ $(ck_dk "$i" info -f '{{.Swarm.ControlAvailable}}') == true ]] && continue
+		n=$(grep -c 'not a swarm manager' <<<"$lines")
+		if ((n > 0)); then
+			ck_fail "node $i (a worker): dockerd logged $n 'not a swarm manager' errors: $(grep -m1 'not a swarm manager' <<<"$lines" | cut -c1-200)"
+			fails=1
+		else
+			ck_log "node $i (a worker): no 'not a swarm manager' error in dockerd's log"
+		fi
+	done
+	return "$fails"
+}
+
 # ------------------------------------------------------------------ runner
 
 # e2e_run_check NAME FUNC CLI...: run one check in a subshell (its resources
@@ -827,12 +866,12 @@ e2e_run_check() {
 	return 0
 }
 
-# e2e_plugin_checks CLI...: the README's commands, (a)-(f) against
+# e2e_plugin_checks CLI...: the README's commands, (a)-(g) against
 # $E2E_PLUGIN; E2E_CHECKS may list a subset by function name.
 # check_readme_docker comes first: the README's settings commands disable
 # the plugin, which Docker refuses while a network uses it.
 E2E_PLUGIN_CHECKS=(check_readme_docker check_plugin_service check_plugin_attachable check_plugin_encrypted
-	check_coexistence check_teardown check_disable_enable)
+	check_coexistence check_teardown check_disable_enable check_plugin_logs)
 e2e_plugin_checks() {
 	local c
 	for c in ${E2E_CHECKS:-${E2E_PLUGIN_CHECKS[*]}}; do
