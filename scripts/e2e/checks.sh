@@ -525,6 +525,15 @@ check_readme_docker() {
 		done
 		((fails)) || ck_log "node $i: tasks.$svc -> $(tr '\n' ' ' <<<"$names")"
 	done
+	# As the README says, its disable refuses while a network uses the plugin.
+	c=$(printf '%s\n' "${settings[@]}" | grep -m1 '^docker plugin disable ')
+	if out=$(eval "ck_dkt 60 0 ${c#docker }" 2>&1); then
+		ck_dk 0 plugin enable "$E2E_PLUGIN" >/dev/null 2>&1
+		ck_fail "$c succeeded on node 0 with $net in use; the README says it refuses"
+		fails=1
+	else
+		ck_log "$c with $net in use: refused: $out"
+	fi
 	return "$fails"
 }
 
