@@ -230,9 +230,9 @@ type Cluster struct {
 	streams       context.Context
 	cancelStreams context.CancelFunc
 	closed        atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	wg        sync.WaitGroup
+	closeOnce     sync.Once
+	closeErr      error
+	wg            sync.WaitGroup
 }
 
 type candidateKind int
