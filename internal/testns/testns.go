@@ -111,3 +111,28 @@ func Do(ns netns.NsHandle, f func() error) error {
 	}()
 	return <-errc
 }
+
+// Mount bind-mounts ns on path (created as an empty file, whose directory
+// must exist), the way Docker publishes a container's namespace as its
+// SandboxKey, and undoes it in t.Cleanup. The mount lives in the test
+// process's mount namespace, so choose a path in a directory of the
+// test's own.
+func Mount(t testing.TB, ns netns.NsHandle, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		t.Fatalf("create namespace mount point: %v", err)
+	}
+	f.Close()
+	src := fmt.Sprintf("/proc/self/fd/%d", int(ns))
+	if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		t.Fatalf("bind-mount namespace on %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", path, err)
+		}
+		os.Remove(path)
+	})
+}

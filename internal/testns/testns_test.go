@@ -2,6 +2,8 @@ package testns_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -52,5 +54,29 @@ func TestNewAndDo(t *testing.T) {
 	}
 	if other := testns.New(t); other.UniqueId() == ns.UniqueId() {
 		t.Errorf("two New calls returned the same namespace")
+	}
+}
+
+func TestMount(t *testing.T) {
+	ns := testns.New(t)
+	dir, err := os.MkdirTemp("", "slbtestns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "ns")
+	t.Run("mounted", func(t *testing.T) {
+		testns.Mount(t, ns, path)
+		h, err := netns.GetFromPath(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		if !h.Equal(ns) {
+			t.Errorf("%s is %s, want %s", path, h.UniqueId(), ns.UniqueId())
+		}
+	})
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after cleanup, stat %s: %v (want not exist)", path, err)
 	}
 }
