@@ -10,11 +10,14 @@ package testns
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -135,4 +138,32 @@ func Mount(t testing.TB, ns netns.NsHandle, path string) {
 		}
 		os.Remove(path)
 	})
+}
+
+// AddAddr adds prefix (an address with its prefix length, like
+// "203.0.113.1/24") to link l through h; an IPv6 one without duplicate
+// address detection, so that it is usable at once.
+func AddAddr(t testing.TB, h *netlink.Handle, l netlink.Link, prefix string) {
+	t.Helper()
+	p := netip.MustParsePrefix(prefix)
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	if err := h.AddrAdd(l, a); err != nil {
+		t.Fatalf("add %s to %s: %v", prefix, l.Attrs().Name, err)
+	}
+}
+
+// SetUp brings link name up through h and returns it.
+func SetUp(t testing.TB, h *netlink.Handle, name string) netlink.Link {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatalf("find %s: %v", name, err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		t.Fatalf("set %s up: %v", name, err)
+	}
+	return l
 }
