@@ -37,6 +37,10 @@ type setSpec struct {
 	elems []nftables.SetElement
 }
 
+// ipsDstNAT is IPS_DST_NAT (enum ip_conntrack_status): the connection's
+// destination is NATed.
+const ipsDstNAT = 1 << 5
+
 // family is what differs between IPv4 and IPv6 in the rules.
 type family struct {
 	nfproto     byte
@@ -119,7 +123,14 @@ func build(svcs []Service, carried map[Backend]expr.Counter) *ruleset {
 		vips[f] = append(vips[f], gotoElem(s.VIP.AsSlice(), serviceName(s.VIP)))
 		b.addService(s, f, carried)
 	}
-	var dnat, reject []ruleSpec
+	var dnat []ruleSpec
+	reject := []ruleSpec{{exprs: []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}, comment: "overlay-plugin: balanced connections pass; keeps conntrack on"}}
 	for _, f := range []family{family4, family6} {
 		m := b.addSet(&nftables.Set{Name: f.vips, IsMap: true, KeyType: f.addrType, DataType: nftables.TypeVerdict}, vips[f])
 		e := b.addSet(&nftables.Set{Name: f.empty, KeyType: f.addrType}, empty[f])

@@ -23,6 +23,9 @@ func render(e expr.Any) string {
 	case *expr.Meta:
 		return fmt.Sprintf("meta(%d)", x.Key)
 	case *expr.Cmp:
+		if x.Op == expr.CmpOpNeq {
+			return fmt.Sprintf("!= %x", x.Data)
+		}
 		return fmt.Sprintf("== %x", x.Data)
 	case *expr.Payload:
 		return fmt.Sprintf("nh@%d,%d", x.Offset, x.Len)
@@ -42,6 +45,12 @@ func render(e expr.Any) string {
 		return fmt.Sprintf("dnat(%d)", x.Family)
 	case *expr.Reject:
 		return fmt.Sprintf("reject(%d,%d)", x.Type, x.Code)
+	case *expr.Ct:
+		return fmt.Sprintf("ct(%d)", x.Key)
+	case *expr.Bitwise:
+		return fmt.Sprintf("& %x ^ %x", x.Mask, x.Xor)
+	case *expr.Verdict:
+		return fmt.Sprintf("verdict(%d)", x.Kind)
 	}
 	return fmt.Sprintf("%T", e)
 }
@@ -112,6 +121,7 @@ func TestBuildLayout(t *testing.T) {
 			"meta(15) == 0a nh@24,16 vmap @vips6",
 		},
 		RejectChain: {
+			fmt.Sprintf("ct(2) & %x ^ 00000000 != 00000000 verdict(1)", binaryutil.NativeEndian.PutUint32(0x20)),
 			"meta(15) == 02 nh@16,4 @empty4 meta(16) == 06 reject(1,0)",
 			"meta(15) == 02 nh@16,4 @empty4 reject(2,1)",
 			"meta(15) == 0a nh@24,16 @empty6 meta(16) == 06 reject(1,0)",

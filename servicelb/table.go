@@ -17,6 +17,13 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 )
 
+// elemsPerMessage bounds the elements added by one netlink message: each
+// takes at most about 130 bytes (a key, and a verdict naming a chain whose
+// name holds two IPv6 addresses), and all of a message's elements are one
+// attribute of at most 64 KiB, which google/nftables does not check (a
+// longer one silently corrupts the batch).
+const elemsPerMessage = 256
+
 // queueReplace queues, on c, the replacement of whatever table of our name
 // exists (a previous Apply's, one damaged from outside, or none) by rs.
 // Chains come first, since map elements jump to them; sets next, since
@@ -28,8 +35,16 @@ func (rs *ruleset) queueReplace(c *nftables.Conn) error {
 		c.AddChain(ch.chain)
 	}
 	for _, s := range rs.sets {
-		if err := c.AddSet(s.set, s.elems); err != nil {
+		// A message carries the elements in one attribute, whose length
+		// is 16 bits: add a large set's elements over several messages.
+		first := s.elems[:min(len(s.elems), elemsPerMessage)]
+		if err := c.AddSet(s.set, first); err != nil {
 			return fmt.Errorf("queue set %s: %w", s.set.Name, err)
+		}
+		for rest := s.elems[len(first):]; len(rest) > 0; rest = rest[min(len(rest), elemsPerMessage):] {
+			if err := c.SetAddElements(s.set, rest[:min(len(rest), elemsPerMessage)]); err != nil {
+				return fmt.Errorf("queue elements of set %s: %w", s.set.Name, err)
+			}
 		}
 	}
 	for _, ch := range rs.chains {
