@@ -406,13 +406,17 @@ func TestSameAsSeesEveryDifference(t *testing.T) {
 		t.Error("counter values made a difference")
 	}
 	for name, damage := range map[string]func(rs *ruleset){
-		"chain missing":  func(rs *ruleset) { rs.chains = rs.chains[1:] },
-		"rule missing":   func(rs *ruleset) { rs.chains[len(rs.chains)-1].rules = rs.chains[len(rs.chains)-1].rules[1:] },
-		"other address":  func(rs *ruleset) { rs.chains[0].rules[0].exprs[1] = &expr.Immediate{Register: 1, Data: a("198.18.0.7").AsSlice()} },
-		"other comment":  func(rs *ruleset) { rs.chains[0].rules[0].comment = "x" },
-		"set missing":    func(rs *ruleset) { rs.sets = rs.sets[1:] },
-		"element gone":   func(rs *ruleset) { rs.sets[0].elems = nil },
-		"other verdict":  func(rs *ruleset) { rs.sets[0].elems[0].VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: "svc-198.18.0.100"} },
+		"chain missing": func(rs *ruleset) { rs.chains = rs.chains[1:] },
+		"rule missing":  func(rs *ruleset) { rs.chains[len(rs.chains)-1].rules = rs.chains[len(rs.chains)-1].rules[1:] },
+		"other address": func(rs *ruleset) {
+			rs.chains[0].rules[0].exprs[1] = &expr.Immediate{Register: 1, Data: a("198.18.0.7").AsSlice()}
+		},
+		"other comment": func(rs *ruleset) { rs.chains[0].rules[0].comment = "x" },
+		"set missing":   func(rs *ruleset) { rs.sets = rs.sets[1:] },
+		"element gone":  func(rs *ruleset) { rs.sets[0].elems = nil },
+		"other verdict": func(rs *ruleset) {
+			rs.sets[0].elems[0].VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: "svc-198.18.0.100"}
+		},
 		"other priority": func(rs *ruleset) { p := nftables.ChainPriority(0); rs.chains[len(rs.chains)-2].chain.Priority = &p },
 		"set, not map":   func(rs *ruleset) { rs.sets[0].set.IsMap = false },
 	} {
