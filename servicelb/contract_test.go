@@ -98,14 +98,8 @@ func contract(t *testing.T, p servicelb.Programmer, path, gone string) {
 
 func TestContractNftables(t *testing.T) {
 	testns.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "slb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "sandbox")
-	testns.Mount(t, testns.New(t), path)
-	contract(t, servicelb.NewNftables(), path, filepath.Join(dir, "gone"))
+	path := testns.Publish(t, testns.New(t), "slb")
+	contract(t, servicelb.NewNftables(), path, filepath.Join(filepath.Dir(path), "gone"))
 }
 
 func TestContractFake(t *testing.T) {

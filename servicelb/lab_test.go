@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -87,11 +85,7 @@ func (l *lab) dialer(network string) *net.Dialer {
 func newLab(t *testing.T) *lab {
 	t.Helper()
 	testns.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "slb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	rootClean(t)
 
 	sw := testns.New(t)
 	hsw, err := netlink.NewHandleAt(sw)
@@ -129,8 +123,7 @@ func newLab(t *testing.T) *lab {
 		testns.AddAddr(t, h, eth, netip.PrefixFrom(n.addr6, subnet6.Bits()).String())
 		h.Close()
 	}
-	l.clientPath = filepath.Join(dir, "client")
-	testns.Mount(t, l.client.ns, l.clientPath)
+	l.clientPath = testns.Publish(t, l.client.ns, "slb")
 	for _, b := range l.backends {
 		serveTCP(t, b)
 		serveUDP(t, b.ns, fmt.Sprintf(":%d", udpPort), b.name)

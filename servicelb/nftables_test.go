@@ -29,14 +29,8 @@ func newSandbox(t *testing.T) (path, dir string) {
 	t.Helper()
 	testns.RequireRoot(t)
 	rootClean(t)
-	dir, err := os.MkdirTemp("", "slb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path = filepath.Join(dir, "sandbox")
-	testns.Mount(t, testns.New(t), path)
-	return path, dir
+	path = testns.Publish(t, testns.New(t), "slb")
+	return path, filepath.Dir(path)
 }
 
 // rootClean fails t if the starting namespace ends up with our table.

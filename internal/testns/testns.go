@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
@@ -138,6 +139,21 @@ func Mount(t testing.TB, ns netns.NsHandle, path string) {
 		}
 		os.Remove(path)
 	})
+}
+
+// Publish mounts ns (see Mount) on a file in a new temporary directory
+// named after pattern (as os.MkdirTemp), and returns the file's path; the
+// directory, where a test may put other files, goes in t.Cleanup.
+func Publish(t testing.TB, ns netns.NsHandle, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "netns")
+	Mount(t, ns, path)
+	return path
 }
 
 // AddAddr adds prefix (an address with its prefix length, like

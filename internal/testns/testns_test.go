@@ -57,16 +57,11 @@ func TestNewAndDo(t *testing.T) {
 	}
 }
 
-func TestMount(t *testing.T) {
+func TestPublish(t *testing.T) {
 	ns := testns.New(t)
-	dir, err := os.MkdirTemp("", "slbtestns")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "ns")
-	t.Run("mounted", func(t *testing.T) {
-		testns.Mount(t, ns, path)
+	var path string
+	t.Run("published", func(t *testing.T) {
+		path = testns.Publish(t, ns, "slbtestns")
 		h, err := netns.GetFromPath(path)
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +71,7 @@ func TestMount(t *testing.T) {
 			t.Errorf("%s is %s, want %s", path, h.UniqueId(), ns.UniqueId())
 		}
 	})
-	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("after cleanup, stat %s: %v (want not exist)", path, err)
+	if _, err := os.Stat(filepath.Dir(path)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after cleanup, stat %s: %v (want not exist)", filepath.Dir(path), err)
 	}
 }
