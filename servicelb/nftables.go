@@ -3,65 +3,24 @@ package servicelb
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 )
 
-// nsGetNSType is NS_GET_NSTYPE (linux/nsfs.h), which x/sys lacks: the
-// type (CLONE_NEW*) of the namespace an nsfs file descriptor refers to.
-const nsGetNSType = 0xb703
-
-// Nftables programs the kernel's nf_tables in each sandbox. It keeps no
+// nftLB programs the kernel's nf_tables in each sandbox. It keeps no
 // state: everything it needs is in the sandboxes' tables.
-type Nftables struct{}
+type nftLB struct{}
 
 // NewNftables returns the real Programmer.
-func NewNftables() Programmer { return Nftables{} }
-
-// ErrNoSandbox means there is no network namespace at the path given: the
-// sandbox is gone. It wraps os.ErrNotExist.
-var ErrNoSandbox = fmt.Errorf("no network namespace there (sandbox gone?): %w", os.ErrNotExist)
-
-// inNamespace runs f with a lasting nftables connection to the network
-// namespace at nsPath, whose socket buffers hold send and recv bytes. A path with no namespace behind it (no file, or a
-// plain file: Docker unmounts a SandboxKey before it deletes it) gives an
-// error wrapping ErrNoSandbox.
-func inNamespace(nsPath string, send, recv int, f func(c *nftables.Conn) error) error {
-	ns, err := netns.GetFromPath(nsPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("servicelb: %s: %w", nsPath, ErrNoSandbox)
-	}
-	if err != nil {
-		return fmt.Errorf("servicelb: open network namespace %s: %w", nsPath, err)
-	}
-	defer ns.Close()
-	typ, err := unix.IoctlRetInt(int(ns), nsGetNSType)
-	if errors.Is(err, unix.ENOTTY) {
-		return fmt.Errorf("servicelb: %s is not a namespace file: %w", nsPath, ErrNoSandbox)
-	}
-	if err != nil || typ != unix.CLONE_NEWNET {
-		return fmt.Errorf("servicelb: %s is not a network namespace (type %#x, %v)", nsPath, typ, err)
-	}
-	c, err := nftutil.Conn(ns, nftables.AsLasting(), withBuffers(send, recv))
-	if err != nil {
-		return fmt.Errorf("servicelb: %s: %w", nsPath, err)
-	}
-	defer c.CloseLasting()
-	if err := f(c); err != nil {
-		return fmt.Errorf("servicelb: %s: %w", nsPath, err)
-	}
-	return nil
-}
+func NewNftables() Programmer { return nftLB{} }
 
 // Apply reads the table first: to carry its counters over, and to skip
 // the batch when the table already is what svcs give. A table it cannot
 // read is replaced all the same (its counters start from zero).
-func (Nftables) Apply(nsPath string, svcs []Service) error {
+func (nftLB) Apply(nsPath string, svcs []Service) error {
 	norm, err := Normalize(svcs)
 	if err != nil {
 		return err
@@ -104,7 +63,7 @@ func isApplied(nsPath string, want *ruleset) bool {
 	}) == nil
 }
 
-func (Nftables) Counters(nsPath string) (map[Backend]uint64, error) {
+func (nftLB) Counters(nsPath string) (map[Backend]uint64, error) {
 	var out map[Backend]uint64
 	err := inNamespace(nsPath, bufferBase, bufferBase, func(c *nftables.Conn) error {
 		rs, err := readTable(c, false)
@@ -121,7 +80,7 @@ func (Nftables) Counters(nsPath string) (map[Backend]uint64, error) {
 	return out, err
 }
 
-func (Nftables) Remove(nsPath string) error {
+func (nftLB) Remove(nsPath string) error {
 	err := inNamespace(nsPath, bufferBase, bufferBase, func(c *nftables.Conn) error {
 		nftutil.QueueRemoveTable(c, newTable())
 		return flush(c, "delete table")

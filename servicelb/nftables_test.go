@@ -376,3 +376,47 @@ func TestLostAcknowledgements(t *testing.T) {
 		t.Errorf("Counters: %d entries, %v", len(got), err)
 	}
 }
+
+// TestConcurrentSandboxes: one Programmer, several sandboxes changed at
+// once (as the driver does for the containers of a network), under the
+// race detector.
+func TestConcurrentSandboxes(t *testing.T) {
+	paths := make([]string, 4)
+	for i := range paths {
+		paths[i], _ = newSandbox(t)
+	}
+	lb := NewNftables()
+	all := manyServices(5, 4)
+	errc := make(chan error, len(paths))
+	for i, path := range paths {
+		go func() {
+			errc <- func() error {
+				for j := range 10 {
+					svcs := make([]Service, len(all))
+					copy(svcs, all)
+					for k := range svcs {
+						svcs[k].Backends = all[k].Backends[:1+(i+j+k)%4]
+					}
+					if err := lb.Apply(path, svcs); err != nil {
+						return err
+					}
+					if _, err := lb.Counters(path); err != nil {
+						return err
+					}
+				}
+				return lb.Apply(path, all[:i+1])
+			}()
+		}()
+	}
+	for range paths {
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
+	}
+	for i, path := range paths {
+		got, err := lb.Counters(path)
+		if err != nil || len(got) != 4*(i+1) {
+			t.Errorf("sandbox %d: %d counters, %v; want %d", i, len(got), err, 4*(i+1))
+		}
+	}
+}

@@ -1,5 +1,14 @@
 package servicelb
 
+import (
+	"fmt"
+	"os"
+)
+
+// ErrNoSandbox means there is no network namespace at the path given: the
+// sandbox is gone. It wraps os.ErrNotExist.
+var ErrNoSandbox = fmt.Errorf("no network namespace there (sandbox gone?): %w", os.ErrNotExist)
+
 // Programmer keeps the load-balancing table of client sandboxes. Its
 // methods are safe to call from several goroutines at once for different
 // sandboxes; calls for one sandbox must be serialised by the caller (the
@@ -20,8 +29,8 @@ type Programmer interface {
 	// returns an error wrapping ErrInvalid. No services removes the table.
 	Apply(nsPath string, svcs []Service) error
 	// Counters returns how many connections each backend of each service
-	// was given since it was first applied (in this sandbox), none if the
-	// sandbox has no table.
+	// was given in this sandbox since Apply added it (a backend removed
+	// and added again starts from zero), none if the sandbox has no table.
 	Counters(nsPath string) (map[Backend]uint64, error)
 	// Remove deletes the table from the sandbox. Neither a missing table
 	// nor a missing namespace is an error.
