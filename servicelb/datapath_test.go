@@ -5,6 +5,7 @@ package servicelb
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -254,5 +255,48 @@ func TestOtherNATKeepsWorking(t *testing.T) {
 	dnsWorks("after Remove")
 	if got := nft(t, l.clientPath, "list", "table", "ip", "slbdocker"); got != foreign {
 		t.Errorf("Docker's table changed:\n%s\nwant\n%s", got, foreign)
+	}
+}
+
+// TestUDPFlowLeavesRemovedBackend: a UDP flow (one socket that keeps
+// sending) balanced to a backend that is then removed moves to the others
+// at its next datagram, rather than stay on the removed one for as long as
+// it keeps sending; flows to the other backends stay where they are.
+func TestUDPFlowLeavesRemovedBackend(t *testing.T) {
+	l := newLab(t)
+	web := func(names ...string) Service {
+		return Service{Name: "web", VIP: vip4, Backends: l.backendAddrs(false, names...)}
+	}
+	l.apply(t, web("A", "B", "C"))
+	flows := map[string]net.Conn{}
+	for i := 0; flows["A"] == nil || flows["B"] == nil; i++ {
+		if i == 200 {
+			t.Fatalf("200 UDP flows did not reach A and B: %v", flows)
+		}
+		c, err := l.dialUDP(netip.AddrPortFrom(vip4, udpPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		name, err := askUDPOn(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if flows[name] == nil {
+			flows[name] = c
+		}
+	}
+	for _, name := range []string{"A", "B"} {
+		if got, err := askUDPOn(flows[name]); got != name || err != nil {
+			t.Fatalf("flow to %s moved before any change: %q, %v", name, got, err)
+		}
+	}
+
+	l.apply(t, web("B", "C"))
+	if got, err := askUDPOn(flows["A"]); err != nil || (got != "B" && got != "C") {
+		t.Errorf("flow to the removed A answered by %q, %v; want B or C", got, err)
+	}
+	if got, err := askUDPOn(flows["B"]); err != nil || got != "B" {
+		t.Errorf("flow to B answered by %q, %v", got, err)
 	}
 }

@@ -79,8 +79,12 @@
 // create), which the kernel applies atomically: a new connection meets
 // either the old rules or the new ones. Conntrack keeps established
 // connections on their backend whatever the rules become, so removing a
-// backend breaks no connection to the others (and those to the removed one
-// last as long as it answers). Counters carry over: Apply reads them first
+// backend breaks no connection to the others, and those to the removed one
+// last as long as it answers: a draining task serves its connections to
+// the end. UDP is the exception: a flow has no end the kernel could see,
+// and one that keeps sending would stay on a removed backend forever, so
+// Apply deletes the conntrack entries of UDP flows to the backends it
+// removes; their next datagram is balanced anew. Counters carry over: Apply reads them first
 // and creates the new counters with those values; connections opened in
 // the instant between the read and the batch are not counted. Apply first
 // compares the kernel's table with the one it would create and sends

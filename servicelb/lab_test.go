@@ -294,14 +294,26 @@ func (l *lab) askUDP(dst netip.Addr) (string, error) {
 }
 
 func (l *lab) askUDPAt(dst netip.AddrPort) (string, error) {
-	var c net.Conn
-	if err := testns.Do(l.client.ns, func() (err error) {
-		c, err = l.dialer("udp").Dial("udp", dst.String())
-		return err
-	}); err != nil {
+	c, err := l.dialUDP(dst)
+	if err != nil {
 		return "", err
 	}
 	defer c.Close()
+	return askUDPOn(c)
+}
+
+// dialUDP opens a UDP socket in the client, connected to dst.
+func (l *lab) dialUDP(dst netip.AddrPort) (c net.Conn, err error) {
+	err = testns.Do(l.client.ns, func() (err error) {
+		c, err = l.dialer("udp").Dial("udp", dst.String())
+		return err
+	})
+	return c, err
+}
+
+// askUDPOn sends a datagram on c and returns who answers, resending if the
+// answer is late.
+func askUDPOn(c net.Conn) (string, error) {
 	buf := make([]byte, 64)
 	var err error
 	for range 3 {

@@ -16,12 +16,12 @@ import (
 // type (CLONE_NEW*) of the namespace an nsfs file descriptor refers to.
 const nsGetNSType = 0xb703
 
-// inNamespace runs f with a lasting nftables connection to the network
-// namespace at nsPath, whose socket buffers hold send and recv bytes. A
+// inNamespace runs f with the network namespace at nsPath (open until f
+// returns) and a lasting nftables connection to it, whose socket buffers hold send and recv bytes. A
 // path with no namespace behind it (no file, or a plain file: Docker
 // unmounts a SandboxKey before it deletes it) gives an error wrapping
 // ErrNoSandbox.
-func inNamespace(nsPath string, send, recv int, f func(c *nftables.Conn) error) error {
+func inNamespace(nsPath string, send, recv int, f func(ns netns.NsHandle, c *nftables.Conn) error) error {
 	ns, err := netns.GetFromPath(nsPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("servicelb: %s: %w", nsPath, ErrNoSandbox)
@@ -42,7 +42,7 @@ func inNamespace(nsPath string, send, recv int, f func(c *nftables.Conn) error) 
 		return fmt.Errorf("servicelb: %s: %w", nsPath, err)
 	}
 	defer c.CloseLasting()
-	if err := f(c); err != nil {
+	if err := f(ns, c); err != nil {
 		return fmt.Errorf("servicelb: %s: %w", nsPath, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
@@ -26,8 +27,7 @@ func (nftLB) Apply(nsPath string, svcs []Service) error {
 		return err
 	}
 	send, recv := socketBuffers(norm)
-	var want *ruleset
-	err = inNamespace(nsPath, send, recv, func(c *nftables.Conn) error {
+	return inNamespace(nsPath, send, recv, func(ns netns.NsHandle, c *nftables.Conn) error {
 		have, rerr := readTable(c, true)
 		if len(norm) == 0 {
 			if rerr == nil && have == nil {
@@ -36,36 +36,38 @@ func (nftLB) Apply(nsPath string, svcs []Service) error {
 			nftutil.QueueRemoveTable(c, newTable())
 			return flush(c, "delete table")
 		}
-		want = build(norm, have.counters())
+		want := build(norm, have.counters())
 		if rerr == nil && want.sameAs(have) {
 			return nil
 		}
 		if err := want.queueReplace(c); err != nil {
 			return err
 		}
-		return flush(c, fmt.Sprintf("replace table with %d services", len(norm)))
+		err := flush(c, fmt.Sprintf("replace table with %d services", len(norm)))
+		if err != nil && (!errors.Is(err, unix.ENOBUFS) || !isApplied(ns, want)) {
+			return err
+		}
+		return forgetUDP(ns, removedBackends(have, want))
 	})
-	if errors.Is(err, unix.ENOBUFS) && want != nil && isApplied(nsPath, want) {
-		return nil // only acknowledgements were lost
-	}
-	return err
 }
 
-// isApplied reports whether the sandbox's table is want, through a fresh
-// socket: after ENOBUFS the batch may have been committed or not.
-func isApplied(nsPath string, want *ruleset) bool {
-	return inNamespace(nsPath, bufferBase, bufferBase, func(c *nftables.Conn) error {
-		have, err := readTable(c, true)
-		if err == nil && !want.sameAs(have) {
-			err = errors.New("not applied")
-		}
-		return err
-	}) == nil
+// isApplied reports whether the table in ns is want. After ENOBUFS the
+// batch may have been committed or not (the kernel dropped some of its
+// acknowledgements); it asks through a fresh socket, since the old one may
+// still hold acknowledgements.
+func isApplied(ns netns.NsHandle, want *ruleset) bool {
+	c, err := nftutil.Conn(ns, nftables.AsLasting())
+	if err != nil {
+		return false
+	}
+	defer c.CloseLasting()
+	have, err := readTable(c, true)
+	return err == nil && want.sameAs(have)
 }
 
 func (nftLB) Counters(nsPath string) (map[Backend]uint64, error) {
 	var out map[Backend]uint64
-	err := inNamespace(nsPath, bufferBase, bufferBase, func(c *nftables.Conn) error {
+	err := inNamespace(nsPath, bufferBase, bufferBase, func(_ netns.NsHandle, c *nftables.Conn) error {
 		rs, err := readTable(c, false)
 		if err != nil {
 			return err
@@ -81,7 +83,7 @@ func (nftLB) Counters(nsPath string) (map[Backend]uint64, error) {
 }
 
 func (nftLB) Remove(nsPath string) error {
-	err := inNamespace(nsPath, bufferBase, bufferBase, func(c *nftables.Conn) error {
+	err := inNamespace(nsPath, bufferBase, bufferBase, func(_ netns.NsHandle, c *nftables.Conn) error {
 		nftutil.QueueRemoveTable(c, newTable())
 		return flush(c, "delete table")
 	})

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netns"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 	"github.com/overlay-plugin/overlay-plugin/internal/testns"
@@ -357,7 +358,7 @@ func TestLostAcknowledgements(t *testing.T) {
 
 	norm, _ := Normalize(svcs)
 	send, recv := socketBuffers(norm)
-	err := inNamespace(path, send, recv, func(c *nftables.Conn) error {
+	err := inNamespace(path, send, recv, func(_ netns.NsHandle, c *nftables.Conn) error {
 		if err := build(norm, nil).queueReplace(c); err != nil {
 			return err
 		}

@@ -24,8 +24,9 @@ type Programmer interface {
 	// Apply makes the sandbox balance exactly svcs, replacing whatever it
 	// balanced before, in one atomic step: a connection to a VIP starts
 	// either under the old rules or under the new ones. Existing
-	// connections keep their backend. Each backend's connection count
-	// carries over. Invalid input (see Normalize) changes nothing and
+	// connections keep their backend, except UDP flows to a removed
+	// backend, which the next datagram balances anew. Each backend's
+	// connection count carries over. Invalid input (see Normalize) changes nothing and
 	// returns an error wrapping ErrInvalid. No services removes the table.
 	Apply(nsPath string, svcs []Service) error
 	// Counters returns how many connections each backend of each service

@@ -427,3 +427,19 @@ func TestSameAsSeesEveryDifference(t *testing.T) {
 		}
 	}
 }
+
+func TestRemovedBackends(t *testing.T) {
+	web, v6 := a("198.18.0.100"), a("fd00::100")
+	have := build(mustNormalize(t,
+		Service{VIP: web, Backends: addrs("198.18.0.1", "198.18.0.2", "198.18.0.3")},
+		Service{VIP: v6, Backends: addrs("fd00::1")}), nil)
+	want := build(mustNormalize(t, Service{VIP: web, Backends: addrs("198.18.0.2", "198.18.0.4")}), nil)
+	got := removedBackends(have, want)
+	exp := []Backend{{web, a("198.18.0.1")}, {web, a("198.18.0.3")}, {v6, a("fd00::1")}}
+	if !reflect.DeepEqual(got, exp) {
+		t.Errorf("removedBackends = %v, want %v", got, exp)
+	}
+	if got := removedBackends(nil, want); len(got) != 0 {
+		t.Errorf("removedBackends without a table = %v", got)
+	}
+}
