@@ -421,3 +421,28 @@ func TestConcurrentSandboxes(t *testing.T) {
 		}
 	}
 }
+
+// TestManyVIPs: 2,000 services of one backend each put 2,000 elements in
+// one map, more than one netlink message can carry.
+func TestManyVIPs(t *testing.T) {
+	path, _ := newSandbox(t)
+	svcs := manyServices(2000, 1)
+	lb := NewNftables()
+	if err := lb.Apply(path, svcs); err != nil {
+		t.Fatal(err)
+	}
+	norm, _ := Normalize(svcs)
+	err := inNamespace(path, bufferBase, bufferBase, func(_ netns.NsHandle, c *nftables.Conn) error {
+		have, err := readTable(c, true)
+		if err != nil {
+			return err
+		}
+		if !build(norm, nil).sameAs(have) {
+			return errors.New("the kernel's table is not the one wanted")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
