@@ -91,9 +91,9 @@
 // nothing when they are the same, so repeating an Apply is cheap and
 // leaves the counters exact.
 //
-// Every other table in the namespace is left alone; in particular Docker's
-// own NAT rules for its embedded DNS server (127.0.0.11), in iptables-nft
-// or iptables-legacy tables of the same namespace, keep working.
+// Every other table in the namespace is left alone; in particular the NAT
+// Docker sets up there for its embedded DNS server (127.0.0.11) keeps
+// working: both NAT chains run on the same hook, for other destinations.
 //
 // The driver uses a Programmer: NewNftables for the kernel, or the
 // in-memory fake in servicelb/fakelb in tests.

@@ -26,8 +26,9 @@ type Programmer interface {
 	// either under the old rules or under the new ones. Existing
 	// connections keep their backend, except UDP flows to a removed
 	// backend, which the next datagram balances anew. Each backend's
-	// connection count carries over. Invalid input (see Normalize) changes nothing and
-	// returns an error wrapping ErrInvalid. No services removes the table.
+	// connection count carries over. Invalid input (see Normalize)
+	// changes nothing and returns an error wrapping ErrInvalid. No
+	// services removes the table.
 	Apply(nsPath string, svcs []Service) error
 	// Counters returns how many connections each backend of each service
 	// was given in this sandbox since Apply added it (a backend removed
