@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/faults"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
 )
 
@@ -43,53 +44,27 @@ type sandbox struct {
 
 // LB is the fake. The zero value is not usable; call New.
 type LB struct {
-	// mu guards every field below. It is a leaf: nothing else is locked
+	// mu guards the maps below. It is a leaf: nothing else is locked
 	// while it is held, and the fault hook is called without it.
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by namespace path; absent: no table
 	gone      map[string]bool     // namespace paths that no longer exist
-	calls     map[Op]int
 
-	// faultMu guards fault. Taken alone.
-	faultMu sync.Mutex
-	fault   func(op Op, nsPath string) error
+	faults faults.Injector[Op] // locks itself, a leaf
 }
 
 // New returns a fake in which every namespace path exists (until Vanish)
 // and has no table.
 func New() *LB {
-	return &LB{sandboxes: map[string]*sandbox{}, gone: map[string]bool{}, calls: map[Op]int{}}
+	return &LB{sandboxes: map[string]*sandbox{}, gone: map[string]bool{}}
 }
 
 // SetFault installs a hook consulted before every call; a non-nil error
 // fails the call with no state change. nil removes it.
-func (f *LB) SetFault(hook func(op Op, nsPath string) error) {
-	f.faultMu.Lock()
-	f.fault = hook
-	f.faultMu.Unlock()
-}
-
-func (f *LB) check(op Op, nsPath string) error {
-	f.faultMu.Lock()
-	hook := f.fault
-	f.faultMu.Unlock()
-	if hook != nil {
-		if err := hook(op, nsPath); err != nil {
-			return err
-		}
-	}
-	f.mu.Lock()
-	f.calls[op]++
-	f.mu.Unlock()
-	return nil
-}
+func (f *LB) SetFault(hook func(op Op, nsPath string) error) { f.faults.Set(hook) }
 
 // Calls reports how many times op got past fault injection.
-func (f *LB) Calls(op Op) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[op]
-}
+func (f *LB) Calls(op Op) int { return f.faults.Calls(op) }
 
 // Vanish makes the namespace at nsPath disappear, with its table, as when
 // a container stops: Apply and Counters then fail with
@@ -166,7 +141,7 @@ func (f *LB) Apply(nsPath string, svcs []servicelb.Service) error {
 	if err != nil {
 		return err
 	}
-	if err := f.check(OpApply, nsPath); err != nil {
+	if err := f.faults.Check(OpApply, nsPath); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -197,7 +172,7 @@ func (f *LB) Apply(nsPath string, svcs []servicelb.Service) error {
 // Counters returns the count of every backend the sandbox balances to,
 // zero for those that never got a connection, as the kernel's counters.
 func (f *LB) Counters(nsPath string) (map[servicelb.Backend]uint64, error) {
-	if err := f.check(OpCounters, nsPath); err != nil {
+	if err := f.faults.Check(OpCounters, nsPath); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
@@ -217,7 +192,7 @@ func (f *LB) Counters(nsPath string) (map[servicelb.Backend]uint64, error) {
 // Remove forgets the sandbox's table; neither a missing table nor a
 // vanished namespace is an error.
 func (f *LB) Remove(nsPath string) error {
-	if err := f.check(OpRemove, nsPath); err != nil {
+	if err := f.faults.Check(OpRemove, nsPath); err != nil {
 		return err
 	}
 	f.mu.Lock()
