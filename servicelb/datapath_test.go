@@ -64,20 +64,27 @@ func (l *lab) checkSpread(t *testing.T, vip netip.Addr, before map[string]uint64
 	}
 }
 
-func sum(m map[string]int) int {
-	n := 0
+func sum[V int | uint64](m map[string]V) V {
+	var n V
 	for _, v := range m {
 		n += v
 	}
 	return n
 }
 
+// services are a VIP of each family balanced over every backend, and one
+// without backends.
+func (l *lab) services() []Service {
+	return []Service{
+		{Name: "web", VIP: vip4, Backends: l.backendAddrs(false)},
+		{Name: "web6", VIP: vip6, Backends: l.backendAddrs(true)},
+		{Name: "none", VIP: vipNone},
+	}
+}
+
 func TestBalanceTCPAndUDP(t *testing.T) {
 	l := newLab(t)
-	l.apply(t,
-		Service{Name: "web", VIP: vip4, Backends: l.backendAddrs(false)},
-		Service{Name: "web6", VIP: vip6, Backends: l.backendAddrs(true)},
-		Service{Name: "none", VIP: vipNone})
+	l.apply(t, l.services()...)
 	for _, c := range []struct {
 		name string
 		vip  netip.Addr
@@ -102,17 +109,14 @@ func TestPingVIP(t *testing.T) {
 		t.Skipf("no ping: %v", err)
 	}
 	l := newLab(t)
-	l.apply(t,
-		Service{Name: "web", VIP: vip4, Backends: l.backendAddrs(false)},
-		Service{Name: "web6", VIP: vip6, Backends: l.backendAddrs(true)},
-		Service{Name: "none", VIP: vipNone})
+	l.apply(t, l.services()...)
 	for _, vip := range []netip.Addr{vip4, vip6} {
-		before := sum64(l.counters(t, vip))
+		before := sum(l.counters(t, vip))
 		out, err := exec.Command("nsenter", "--net="+l.clientPath, "ping", "-c", "1", "-W", "5", vip.String()).CombinedOutput()
 		if err != nil {
 			t.Errorf("ping %s: %v\n%s", vip, err, out)
 		}
-		if after := sum64(l.counters(t, vip)); after != before+1 {
+		if after := sum(l.counters(t, vip)); after != before+1 {
 			t.Errorf("ping %s: counters went %d -> %d, want one more", vip, before, after)
 		}
 	}
@@ -121,14 +125,6 @@ func TestPingVIP(t *testing.T) {
 	if err == nil || time.Since(start) > 2*time.Second {
 		t.Errorf("ping of a VIP without backends: %v after %v\n%s", err, time.Since(start), out)
 	}
-}
-
-func sum64(m map[string]uint64) uint64 {
-	var n uint64
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 // refusedFast checks that connecting to vip fails at once: TCP with

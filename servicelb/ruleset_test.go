@@ -143,21 +143,21 @@ func TestBuildLayout(t *testing.T) {
 	if !reflect.DeepEqual(sets, wantSets) {
 		t.Errorf("sets:\n got %v\nwant %v", sets, wantSets)
 	}
+	base := map[string]struct {
+		typ      nftables.ChainType
+		priority nftables.ChainPriority
+	}{
+		DNATChain:   {nftables.ChainTypeNAT, *nftables.ChainPriorityNATDest},
+		RejectChain: {nftables.ChainTypeFilter, *nftables.ChainPriorityFilter},
+	}
 	for _, ch := range rs.chains {
 		c := ch.chain
-		switch c.Name {
-		case DNATChain:
-			if c.Type != nftables.ChainTypeNAT || *c.Hooknum != *nftables.ChainHookOutput || *c.Priority != *nftables.ChainPriorityNATDest {
-				t.Errorf("chain %s: %+v", c.Name, c)
-			}
-		case RejectChain:
-			if c.Type != nftables.ChainTypeFilter || *c.Hooknum != *nftables.ChainHookOutput || *c.Priority != *nftables.ChainPriorityFilter {
-				t.Errorf("chain %s: %+v", c.Name, c)
-			}
-		default:
-			if c.Hooknum != nil || c.Type != "" {
-				t.Errorf("chain %s should be a regular chain: %+v", c.Name, c)
-			}
+		b, isBase := base[c.Name]
+		switch {
+		case !isBase && (c.Hooknum != nil || c.Type != ""):
+			t.Errorf("chain %s should be a regular chain: %+v", c.Name, c)
+		case isBase && (c.Type != b.typ || *c.Hooknum != *nftables.ChainHookOutput || *c.Priority != b.priority):
+			t.Errorf("chain %s: %+v", c.Name, c)
 		}
 	}
 	for _, r := range rs.chains[0].rules {
