@@ -40,11 +40,11 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
-	"github.com/google/nftables/userdata"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 )
 
 // Names inside the table.
@@ -122,12 +122,7 @@ func New(conn *nftables.Conn, port uint16, mark uint32, opts ...Option) *Firewal
 // Conn returns an nftables connection to namespace ns (zero or
 // netns.None(): the caller's current namespace). Every batch dials a fresh
 // socket, so ns must stay open while the connection is used.
-func Conn(ns netns.NsHandle) (*nftables.Conn, error) {
-	if ns == 0 || ns == netns.None() {
-		return nftables.New()
-	}
-	return nftables.New(nftables.WithNetNSFd(int(ns)))
-}
+func Conn(ns netns.NsHandle) (*nftables.Conn, error) { return nftutil.Conn(ns) }
 
 // Table returns the table's name.
 func (f *Firewall) Table() string { return f.table.Name }
@@ -230,15 +225,9 @@ func (f *Firewall) chains() (out, in, guard *nftables.Chain) {
 	return out, in, guard
 }
 
-func comment(s string) []byte { return userdata.AppendString(nil, userdata.TypeComment, s) }
-
-// queueRemove queues the removal of the table whether or not it exists:
-// adding an existing table is a no-op, so add-then-delete never fails on
-// absence. Caller holds mu.
-func (f *Firewall) queueRemove() {
-	f.conn.AddTable(f.table)
-	f.conn.DelTable(f.table)
-}
+// queueRemove queues the removal of the table whether or not it exists.
+// Caller holds mu.
+func (f *Firewall) queueRemove() { nftutil.QueueRemoveTable(f.conn, f.table) }
 
 // queueBuild queues the replacement of whatever table of that name exists
 // (a previous run's, or one damaged from outside) by the full table with
@@ -254,11 +243,11 @@ func (f *Firewall) queueBuild(vnis []uint32) error {
 	f.conn.AddChain(in)
 	f.conn.AddChain(guard)
 	f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: out, Exprs: f.OutputExprs(),
-		UserData: comment("overlay-plugin: mark VXLAN of encrypted VNIs for IPsec")})
+		UserData: nftutil.Comment("overlay-plugin: mark VXLAN of encrypted VNIs for IPsec")})
 	f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: in, Exprs: f.InputExprs(),
-		UserData: comment("overlay-plugin: drop VXLAN of encrypted VNIs that bypassed IPsec")})
+		UserData: nftutil.Comment("overlay-plugin: drop VXLAN of encrypted VNIs that bypassed IPsec")})
 	f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: guard, Exprs: f.GuardExprs(),
-		UserData: comment("overlay-plugin: drop VXLAN of encrypted VNIs that no IPsec policy took")})
+		UserData: nftutil.Comment("overlay-plugin: drop VXLAN of encrypted VNIs that no IPsec policy took")})
 	return nil
 }
 
@@ -379,11 +368,11 @@ func (f *Firewall) Reconcile() error {
 func (f *Firewall) Keep() ([]uint32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tables, err := f.conn.ListTablesOfFamily(f.table.Family)
+	present, err := nftutil.HasTable(f.conn, f.table)
 	if err != nil {
-		return nil, fmt.Errorf("firewall: list tables: %w", err)
+		return nil, fmt.Errorf("firewall: %w", err)
 	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == f.table.Name }) {
+	if !present {
 		return nil, nil
 	}
 	elems, err := f.conn.GetSetElements(f.set())
@@ -436,11 +425,11 @@ func (f *Firewall) Status() (Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := Status{Table: f.table.Name, Enabled: f.sorted()}
-	tables, err := f.conn.ListTablesOfFamily(f.table.Family)
+	present, err := nftutil.HasTable(f.conn, f.table)
 	if err != nil {
-		return st, fmt.Errorf("firewall: list tables: %w", err)
+		return st, fmt.Errorf("firewall: %w", err)
 	}
-	st.Present = slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == f.table.Name })
+	st.Present = present
 	if !st.Present {
 		st.Intact = len(f.vnis) == 0
 		return st, nil

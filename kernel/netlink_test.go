@@ -736,30 +736,6 @@ type dpHost struct {
 	addrs     []netip.Addr // the container's overlay addresses
 }
 
-func addAddr(t *testing.T, h *netlink.Handle, l netlink.Link, prefix string) {
-	t.Helper()
-	p := netip.MustParsePrefix(prefix)
-	a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-	if p.Addr().Is6() {
-		a.Flags = unix.IFA_F_NODAD
-	}
-	if err := h.AddrAdd(l, a); err != nil {
-		t.Fatalf("add %s to %s: %v", prefix, l.Attrs().Name, err)
-	}
-}
-
-func setUp(t *testing.T, h *netlink.Handle, name string) netlink.Link {
-	t.Helper()
-	l, err := h.LinkByName(name)
-	if err != nil {
-		t.Fatalf("find %s: %v", name, err)
-	}
-	if err := h.LinkSetUp(l); err != nil {
-		t.Fatalf("set %s up: %v", name, err)
-	}
-	return l
-}
-
 // echo starts a TCP echo server in ns on addr and returns its address.
 func echo(t *testing.T, ns netns.NsHandle, addr netip.Addr) string {
 	t.Helper()
@@ -832,9 +808,9 @@ func TestDataPath(t *testing.T) {
 			containerAddrs := [2][]string{{"203.0.113.1/24", "2001:db8:1::1/64"}, {"203.0.113.2/24", "2001:db8:1::2/64"}}
 			macs := [2]hwaddr.MAC{mustMAC("02:42:cb:00:71:01"), mustMAC("02:42:cb:00:71:02")}
 			for i, hst := range hosts {
-				setUp(t, hst.h, "lo")
-				ul := setUp(t, hst.h, "ul0")
-				addAddr(t, hst.h, ul, tc.underlay[i])
+				testns.SetUp(t, hst.h, "lo")
+				ul := testns.SetUp(t, hst.h, "ul0")
+				testns.AddAddr(t, hst.h, ul, tc.underlay[i])
 				hst.vtep = netip.MustParsePrefix(tc.underlay[i]).Addr()
 				hst.mac = macs[i]
 				sp := kernel.SandboxSpec{Name: "ovnet", VNI: 4097, Port: 4789, Local: hst.vtep, MTU: tc.mtu}
@@ -858,7 +834,7 @@ func TestDataPath(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(hst.ch.Close)
-				setUp(t, hst.ch, "lo")
+				testns.SetUp(t, hst.ch, "lo")
 				ce, err := hst.ch.LinkByName("ovh-ctr")
 				if err != nil {
 					t.Fatal(err)
@@ -867,10 +843,10 @@ func TestDataPath(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, a := range containerAddrs[i] {
-					addAddr(t, hst.ch, ce, a)
+					testns.AddAddr(t, hst.ch, ce, a)
 					hst.addrs = append(hst.addrs, netip.MustParsePrefix(a).Addr())
 				}
-				setUp(t, hst.ch, "eth0")
+				testns.SetUp(t, hst.ch, "eth0")
 			}
 			// Each side learns the other's endpoint, as the driver would.
 			for i, hst := range hosts {

@@ -10,11 +10,15 @@ package testns
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -110,4 +114,72 @@ func Do(ns netns.NsHandle, f func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// Mount bind-mounts ns on path (created as an empty file, whose directory
+// must exist), the way Docker publishes a container's namespace as its
+// SandboxKey, and undoes it in t.Cleanup. The mount lives in the test
+// process's mount namespace, so choose a path in a directory of the
+// test's own.
+func Mount(t testing.TB, ns netns.NsHandle, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		t.Fatalf("create namespace mount point: %v", err)
+	}
+	f.Close()
+	src := fmt.Sprintf("/proc/self/fd/%d", int(ns))
+	if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		t.Fatalf("bind-mount namespace on %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", path, err)
+		}
+		os.Remove(path)
+	})
+}
+
+// Publish mounts ns (see Mount) on a file in a new temporary directory
+// named after pattern (as os.MkdirTemp), and returns the file's path; the
+// directory, where a test may put other files, goes in t.Cleanup.
+func Publish(t testing.TB, ns netns.NsHandle, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "netns")
+	Mount(t, ns, path)
+	return path
+}
+
+// AddAddr adds prefix (an address with its prefix length, like
+// "203.0.113.1/24") to link l through h; an IPv6 one without duplicate
+// address detection, so that it is usable at once.
+func AddAddr(t testing.TB, h *netlink.Handle, l netlink.Link, prefix string) {
+	t.Helper()
+	p := netip.MustParsePrefix(prefix)
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	if err := h.AddrAdd(l, a); err != nil {
+		t.Fatalf("add %s to %s: %v", prefix, l.Attrs().Name, err)
+	}
+}
+
+// SetUp brings link name up through h and returns it.
+func SetUp(t testing.TB, h *netlink.Handle, name string) netlink.Link {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatalf("find %s: %v", name, err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		t.Fatalf("set %s up: %v", name, err)
+	}
+	return l
 }

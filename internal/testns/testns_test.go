@@ -2,6 +2,8 @@ package testns_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
@@ -52,5 +54,24 @@ func TestNewAndDo(t *testing.T) {
 	}
 	if other := testns.New(t); other.UniqueId() == ns.UniqueId() {
 		t.Errorf("two New calls returned the same namespace")
+	}
+}
+
+func TestPublish(t *testing.T) {
+	ns := testns.New(t)
+	var path string
+	t.Run("published", func(t *testing.T) {
+		path = testns.Publish(t, ns, "slbtestns")
+		h, err := netns.GetFromPath(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		if !h.Equal(ns) {
+			t.Errorf("%s is %s, want %s", path, h.UniqueId(), ns.UniqueId())
+		}
+	})
+	if _, err := os.Stat(filepath.Dir(path)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after cleanup, stat %s: %v (want not exist)", filepath.Dir(path), err)
 	}
 }

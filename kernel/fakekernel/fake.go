@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/faults"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 )
@@ -65,17 +66,14 @@ func (s *Sandbox) clone() *Sandbox {
 
 // Kernel is the fake. The zero value is not usable; call New.
 type Kernel struct {
-	// mu guards every field below. It is a leaf: nothing else is locked
+	// mu guards the maps below. It is a leaf: nothing else is locked
 	// while it is held, and the fault hook is called without it.
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
 	hostLinks map[string]string // host-end veth name -> sandbox
 	vnis      map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
-	calls     map[Op]int
 
-	// faultMu guards fault. Taken alone.
-	faultMu sync.Mutex
-	fault   func(op Op, sandbox string) error
+	faults faults.Injector[Op] // locks itself, a leaf
 }
 
 // New returns an empty fake kernel.
@@ -84,39 +82,17 @@ func New() *Kernel {
 		sandboxes: map[string]*Sandbox{},
 		hostLinks: map[string]string{},
 		vnis:      map[uint32]string{},
-		calls:     map[Op]int{},
 	}
 }
 
 // SetFault installs a hook consulted before every mutating operation; a
 // non-nil error fails the operation with no state change. nil removes it.
-func (k *Kernel) SetFault(f func(op Op, sandbox string) error) {
-	k.faultMu.Lock()
-	k.fault = f
-	k.faultMu.Unlock()
-}
+func (k *Kernel) SetFault(f func(op Op, sandbox string) error) { k.faults.Set(f) }
 
-func (k *Kernel) check(op Op, sandbox string) error {
-	k.faultMu.Lock()
-	f := k.fault
-	k.faultMu.Unlock()
-	if f != nil {
-		if err := f(op, sandbox); err != nil {
-			return err
-		}
-	}
-	k.mu.Lock()
-	k.calls[op]++
-	k.mu.Unlock()
-	return nil
-}
+func (k *Kernel) check(op Op, sandbox string) error { return k.faults.Check(op, sandbox) }
 
 // Calls reports how many times op succeeded past fault injection.
-func (k *Kernel) Calls(op Op) int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.calls[op]
-}
+func (k *Kernel) Calls(op Op) int { return k.faults.Calls(op) }
 
 // Snapshot returns a deep copy of every sandbox.
 func (k *Kernel) Snapshot() map[string]*Sandbox {
