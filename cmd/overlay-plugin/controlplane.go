@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/firewall"
@@ -215,7 +216,11 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 		cp.runs.Go(func() { cp.enc.Run(runCtx, time.Second) })
 	}
 	if cfg.DockerSocket != "" {
-		cp.runs.Go(func() { hintFromDocker(runCtx, cfg.DockerSocket, 30*time.Second, c.NodeHint, log) })
+		engine := dockerengine.New(cfg.DockerSocket)
+		cp.runs.Go(func() {
+			defer engine.Close()
+			hintFromDocker(runCtx, engine, 30*time.Second, c.NodeHint, log)
+		})
 	}
 	drv.SetControlPlane(c)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", cp.enc != nil)

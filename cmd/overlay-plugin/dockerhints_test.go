@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 )
 
 // fakeDocker is an engine's API on a unix socket: /info, and /nodes, which
@@ -93,7 +95,9 @@ func TestHintsFromDocker(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				hintFromDocker(ctx, d.sock, time.Hour, func(a netip.Addr) {
+				engine := dockerengine.New(d.sock)
+				defer engine.Close()
+				hintFromDocker(ctx, engine, time.Hour, func(a netip.Addr) {
 					mu.Lock()
 					got = append(got, a.String())
 					mu.Unlock()
