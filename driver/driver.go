@@ -74,7 +74,14 @@ type Config struct {
 	// for this one to take over. Whether it did is the encryption side's
 	// to say (Resumed) when connected; if not, the sandboxes go then.
 	ResumeEncrypted bool
-	Logger          *slog.Logger
+	// LoadBalancer programs service VIPs into containers (services.go);
+	// nil: none.
+	LoadBalancer LoadBalancer
+	// SandboxDir is where Docker's namespace directory (the directory of
+	// the SandboxKeys Docker passes) is mounted here; empty: SandboxKeys
+	// are used as they are.
+	SandboxDir string
+	Logger     *slog.Logger
 }
 
 // Encryption is the IPsec side of encrypted networks (encryption.Manager).
@@ -111,6 +118,11 @@ type Driver struct {
 	// cp is the control plane, nil until SetControlPlane. Atomic rather
 	// than under mu: it is read under network locks on every join.
 	cp atomic.Pointer[ControlPlane]
+	// lb and sandboxDir program service VIPs (services.go); svcWatch is
+	// told of endpoint changes, set once at start-up.
+	lb         LoadBalancer
+	sandboxDir string
+	svcWatch   atomic.Pointer[func(string)]
 
 	// mu guards networks, vtep, discovered and nodes. Bottom of the lock order:
 	// hold nothing else's lock while taking it and call nothing while
@@ -147,16 +159,18 @@ func New(cfg Config) (*Driver, error) {
 		log = slog.Default()
 	}
 	d := &Driver{
-		store:     store{cfg.DB},
-		kernel:    cfg.Kernel,
-		underlay:  cfg.Underlay,
-		vnis:      cfg.VNIs,
-		port:      cfg.VXLANPort,
-		log:       log,
-		networks:  map[string]*network{},
-		nodes:     map[netip.Addr]bool{},
-		vtepSet:   make(chan struct{}),
-		selfKnown: make(chan struct{}),
+		store:      store{cfg.DB},
+		kernel:     cfg.Kernel,
+		lb:         cfg.LoadBalancer,
+		sandboxDir: cfg.SandboxDir,
+		underlay:   cfg.Underlay,
+		vnis:       cfg.VNIs,
+		port:       cfg.VXLANPort,
+		log:        log,
+		networks:   map[string]*network{},
+		nodes:      map[netip.Addr]bool{},
+		vtepSet:    make(chan struct{}),
+		selfKnown:  make(chan struct{}),
 	}
 	if cfg.AdvertiseAddr.IsValid() {
 		d.SetVTEP(cfg.AdvertiseAddr)
@@ -214,6 +228,9 @@ func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
 		}
 		for _, e := range eps[r.ID] {
 			ep := &endpoint{id: e.ID, mac: e.MAC, addrs: e.Addrs, veth: e.Veth, joined: adopt && e.Joined}
+			if ep.joined && validSandboxKey(e.SandboxKey) == nil {
+				ep.sandboxKey = e.SandboxKey
+			}
 			n.endpoints[ep.id] = ep
 			if ep.joined {
 				n.joined++

@@ -28,6 +28,11 @@ type endpoint struct {
 	addrs  []netip.Prefix
 	veth   kernel.Veth
 	joined bool
+	// sandboxKey is the container's namespace as Docker names it (Join's
+	// SandboxKey); balanced is the fingerprint of the service VIPs last
+	// programmed there, empty when they must be (again).
+	sandboxKey string
+	balanced   string
 }
 
 func (ep *endpoint) ips() []netip.Addr {
@@ -130,6 +135,9 @@ func (d *Driver) EndpointInfo(req *api.InfoRequest) (*api.InfoResponse, error) {
 // local Join, a veth pair is attached to its bridge, and the host end is
 // handed to Docker to move into the container.
 func (d *Driver) Join(req *api.JoinRequest) (*api.JoinResponse, error) {
+	if err := validSandboxKey(req.SandboxKey); err != nil {
+		return nil, err
+	}
 	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
 	if err != nil {
 		return nil, err
@@ -160,6 +168,7 @@ func (d *Driver) Join(req *api.JoinRequest) (*api.JoinResponse, error) {
 		d.log.Warn("program peers after join", "network", n.id, "err", err)
 	}
 	ep.veth, ep.joined = veth, true
+	ep.sandboxKey, ep.balanced = req.SandboxKey, ""
 	n.joined++
 	if err := d.store.putEndpoint(n.id, ep); err != nil {
 		d.log.Warn("persist endpoint", "endpoint", ep.id, "err", err)
@@ -167,6 +176,10 @@ func (d *Driver) Join(req *api.JoinRequest) (*api.JoinResponse, error) {
 	if cp := d.controlPlane(); cp != nil {
 		cp.Publish(n.id, peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true})
 	}
+	// The new container balances the services Docker listed last; the
+	// watcher asks Docker again, as for any endpoint change.
+	d.balance(n)
+	d.endpointChanged(n, ep.id)
 
 	resp := &api.JoinResponse{InterfaceName: api.InterfaceName{SrcName: veth.HostName, DstPrefix: dstPrefix}}
 	// Other subnets of the network share its L2 segment: reach them on-link.
@@ -207,6 +220,7 @@ func (d *Driver) leave(n *network, ep *endpoint) error {
 		return fmt.Errorf("leave endpoint %s: %w", ep.id, err)
 	}
 	ep.joined = false
+	ep.sandboxKey, ep.balanced = "", ""
 	n.joined--
 	if err := d.store.putEndpoint(n.id, ep); err != nil {
 		d.log.Warn("persist endpoint", "endpoint", ep.id, "err", err)
@@ -217,6 +231,7 @@ func (d *Driver) leave(n *network, ep *endpoint) error {
 	if cp := d.controlPlane(); cp != nil {
 		cp.Retract(n.id, ep.id)
 	}
+	d.endpointChanged(n, ep.id)
 	return nil
 }
 

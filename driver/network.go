@@ -57,6 +57,10 @@ type network struct {
 	// for its sandbox (EnableVNI). False for a sandbox adopted from the
 	// previous run until SetEncryption settles it; its peers wait.
 	guarded bool
+	// services are the network's service VIPs as Docker lists them, and
+	// svcEndpoints the endpoints of their tasks (services.go).
+	services     []Service
+	svcEndpoints map[string]bool
 }
 
 func (d *Driver) GetCapabilities() (*api.CapabilitiesResponse, error) {
@@ -298,6 +302,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 	for _, ep := range n.endpoints {
 		if ep.joined {
 			ep.joined = false
+			ep.sandboxKey, ep.balanced = "", ""
 			n.peers.Delete(ep.id)
 			if cp != nil {
 				cp.Retract(n.id, ep.id)

@@ -28,7 +28,9 @@ func (d *Driver) AddPeer(networkID string, p peerdb.Peer) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return d.apply(n, changes)
+	err = d.apply(n, changes)
+	d.endpointChanged(n, p.EndpointID)
+	return err
 }
 
 // DeletePeer removes a remote endpoint. Removing one that is not there is
@@ -45,5 +47,10 @@ func (d *Driver) DeletePeer(networkID, endpointID string) error {
 	if _, local := n.endpoints[endpointID]; local {
 		return fmt.Errorf("%w: endpoint %s is local to this host", ErrConflict, endpointID)
 	}
-	return d.apply(n, n.peers.Delete(endpointID))
+	_, known := n.peers.Get(endpointID)
+	err = d.apply(n, n.peers.Delete(endpointID))
+	if known {
+		d.endpointChanged(n, endpointID)
+	}
+	return err
 }

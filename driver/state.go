@@ -19,6 +19,8 @@ type NetworkState struct {
 	MTU       int             `json:"mtu,omitempty"`
 	Endpoints []EndpointState `json:"endpoints"`
 	Peers     []peerdb.Peer   `json:"peers"`
+	// Services are its service VIPs and this host's use of them.
+	Services []ServiceState `json:"services,omitempty"`
 	// Kernel is what the sandbox holds now, read back from the kernel.
 	Kernel *KernelState `json:"kernel,omitempty"`
 }
@@ -58,7 +60,7 @@ func (d *Driver) State() []NetworkState {
 
 func (d *Driver) networkState(n *network) NetworkState {
 	s := NetworkState{ID: n.id, VNI: n.vni, Subnets: slices.Clone(n.subnets), Sandbox: n.sandbox, MTU: n.mtu,
-		Endpoints: []EndpointState{}, Peers: n.peers.Peers()}
+		Endpoints: []EndpointState{}, Peers: n.peers.Peers(), Services: d.servicesState(n)}
 	for _, ep := range n.endpoints {
 		e := EndpointState{ID: ep.id, MAC: ep.mac, Addrs: slices.Clone(ep.addrs), Joined: ep.joined}
 		if ep.joined {

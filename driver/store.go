@@ -43,6 +43,9 @@ type epRecord struct {
 	Addrs   []netip.Prefix `json:"addrs"`
 	Joined  bool           `json:"joined,omitempty"`
 	Veth    kernel.Veth    `json:"veth"`
+	// SandboxKey is the joined container's namespace, where its service
+	// VIPs are programmed.
+	SandboxKey string `json:"sandboxKey,omitempty"`
 }
 
 // store persists the driver's objects; a nil db persists nothing (tests).
@@ -88,7 +91,7 @@ func epKey(nid, eid string) string { return nid + "/" + eid }
 
 func (s store) putEndpoint(nid string, ep *endpoint) error {
 	return s.put(bucketEndpoints, epKey(nid, ep.id), epRecord{Network: nid, ID: ep.id, MAC: ep.mac, Addrs: ep.addrs,
-		Joined: ep.joined, Veth: ep.veth})
+		Joined: ep.joined, Veth: ep.veth, SandboxKey: ep.sandboxKey})
 }
 
 func (s store) deleteEndpoint(nid, eid string) error {

@@ -78,6 +78,9 @@ var (
 	netPeers     = desc("network_remote_endpoints", "Remote endpoints in a network's peer table.", "network", "vni")
 	netFDB       = desc("network_fdb_entries", "Static FDB entries in a network's sandbox, read from the kernel (one per remote endpoint when in sync).", "network", "vni")
 	netSandbox   = desc("network_sandbox", "1 when the network has a sandbox on this host (a local endpoint joined).", "network", "vni")
+	svcTasks     = desc("service_tasks", "Tasks Docker lists for a service with a VIP on a network.", "network", "service", "vip")
+	svcBackends  = desc("service_backends", "Backends a service's VIP balances over here: its tasks whose endpoints the control plane knows.", "network", "service", "vip")
+	svcConns     = desc("service_connections_total", "Connections this host's containers opened to a service's VIP, by the backend chosen (nft counters).", "network", "service", "vip", "backend")
 
 	clGauges = map[string]*prometheus.Desc{
 		"alive":     desc("gossip_members_alive", "Gossip members alive, this node included."),
@@ -171,6 +174,14 @@ func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkState) {
 		gauge(ch, netSandbox, bool01(n.Sandbox != ""), n.ID, vni)
 		if n.Kernel != nil {
 			gauge(ch, netFDB, float64(len(n.Kernel.FDB)), n.ID, vni)
+		}
+		for _, s := range n.Services {
+			vip := s.VIP.String()
+			gauge(ch, svcTasks, float64(s.Tasks), n.ID, s.Name, vip)
+			gauge(ch, svcBackends, float64(len(s.Backends)), n.ID, s.Name, vip)
+			for _, b := range s.Backends {
+				counter(ch, svcConns, b.Connections, n.ID, s.Name, vip, b.Addr.String())
+			}
 		}
 	}
 }

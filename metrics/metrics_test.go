@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,8 @@ func TestScrape(t *testing.T) {
 				Endpoints: []driver.EndpointState{{ID: "a", Joined: true}, {ID: "b"}},
 				Peers:     []peerdb.Peer{{EndpointID: "r1"}, {EndpointID: "r2"}},
 				Kernel:    &driver.KernelState{FDB: []kernel.FDBEntry{{}, {}}},
+				Services: []driver.ServiceState{{Name: "web", VIP: netip.MustParseAddr("10.0.0.2"), Tasks: 3,
+					Backends: []driver.BackendState{{Addr: netip.MustParseAddr("10.0.0.3"), Connections: 5}, {Addr: netip.MustParseAddr("10.0.0.4")}}}},
 			}}
 		},
 		Cluster: func() (cluster.Stats, bool) {
@@ -58,6 +61,10 @@ func TestScrape(t *testing.T) {
 		`overlay_plugin_network_remote_endpoints{network="net1",vni="256"} 2`,
 		`overlay_plugin_network_fdb_entries{network="net1",vni="256"} 2`,
 		`overlay_plugin_network_sandbox{network="net1",vni="256"} 1`,
+		`overlay_plugin_service_tasks{network="net1",service="web",vip="10.0.0.2"} 3`,
+		`overlay_plugin_service_backends{network="net1",service="web",vip="10.0.0.2"} 2`,
+		`overlay_plugin_service_connections_total{backend="10.0.0.3",network="net1",service="web",vip="10.0.0.2"} 5`,
+		`overlay_plugin_service_connections_total{backend="10.0.0.4",network="net1",service="web",vip="10.0.0.2"} 0`,
 		`overlay_plugin_gossip_members_alive 3`,
 		`overlay_plugin_gossip_records 7`,
 		`overlay_plugin_gossip_bytes_total{direction="sent"} 1000`,

@@ -52,6 +52,11 @@ type serveConfig struct {
 	// DockerSocket, if set, is the Docker engine's API socket, asked for
 	// the swarm's node addresses as gossip hints.
 	DockerSocket string
+	// DockerNetnsDir is where Docker's namespace directory (the one
+	// holding the SandboxKeys it passes at Join) is reachable here, for
+	// programming service VIPs into containers; empty: the SandboxKeys'
+	// own paths.
+	DockerNetnsDir string
 	// MetricsAddr, if set, is a TCP host:port serving Prometheus metrics
 	// (they are on the admin socket's /metrics in any case).
 	MetricsAddr string
@@ -283,6 +288,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.value(durationValue{&cfg.DeadGrace}, "dead-grace", "OVERLAY_DEAD_GRACE", "how long a failed node's endpoints are kept elsewhere (`duration`)")
 	f.value(durationValue{&cfg.KeyRotation}, "key-rotation", "OVERLAY_KEY_ROTATION", "interval between IPsec key generations (`duration`)")
 	f.stringVar(&cfg.DockerSocket, "docker-socket", "OVERLAY_DOCKER_SOCKET", "", "Docker engine API socket, asked for the swarm's nodes so gossip needs no --join")
+	f.stringVar(&cfg.DockerNetnsDir, "docker-netns-dir", "OVERLAY_DOCKER_NETNS_DIR", "", "where Docker's container namespaces (the directory of the SandboxKeys it passes) are mounted here, for service VIPs (default: the SandboxKeys as Docker gives them)")
 	f.stringVar(&cfg.MetricsAddr, "metrics-addr", "OVERLAY_METRICS_ADDR", "", "TCP `host:port` serving Prometheus metrics (default: only GET /metrics on the admin socket)")
 	if err := f.parse(args, getenv); err != nil {
 		return cfg, err

@@ -21,10 +21,13 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
+	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
+	"github.com/overlay-plugin/overlay-plugin/servicelb"
+	"github.com/overlay-plugin/overlay-plugin/servicewatch"
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
@@ -53,6 +56,11 @@ type serveDeps struct {
 	gossipTransport memberlist.Transport
 	// resyncEvery is the period of the kernel resync.
 	resyncEvery time.Duration
+	// newLoadBalancer programs service VIPs into containers.
+	newLoadBalancer func() driver.LoadBalancer
+	// servicePeriod is how often the engine is asked for the services of
+	// the networks with containers here (0: servicewatch's default).
+	servicePeriod time.Duration
 }
 
 func defaultDeps() serveDeps {
@@ -71,12 +79,13 @@ func defaultDeps() serveDeps {
 			}
 			return u, u.Close, nil
 		},
-		readyWait:     25 * time.Second,
-		lockWait:      2 * time.Second,
-		httpGrace:     10 * time.Second,
-		advertiseWait: advertiseWait,
-		newEncryption: newNetlinkEncryption,
-		resyncEvery:   30 * time.Second,
+		readyWait:       25 * time.Second,
+		lockWait:        2 * time.Second,
+		httpGrace:       10 * time.Second,
+		advertiseWait:   advertiseWait,
+		newEncryption:   newNetlinkEncryption,
+		resyncEvery:     30 * time.Second,
+		newLoadBalancer: func() driver.LoadBalancer { return servicelb.NewNftables() },
 	}
 }
 
@@ -215,6 +224,22 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		}
 	}()
 
+	// 7. Service VIPs: the engine lists each network's services.
+	svcDone := make(chan struct{})
+	if cfg.DockerSocket != "" {
+		engine := dockerengine.New(cfg.DockerSocket)
+		w := servicewatch.New(engine, drv, deps.servicePeriod, log.With("component", "services"))
+		drv.SetServiceWatch(w.Changed)
+		go func() {
+			defer close(svcDone)
+			defer engine.Close()
+			w.Run(resyncCtx)
+		}()
+	} else {
+		close(svcDone)
+		log.Info("no Docker socket: service VIPs are not balanced (use --endpoint-mode dnsrr)")
+	}
+
 	var cpDone bool
 	select {
 	case <-ctx.Done():
@@ -245,6 +270,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	stopResync()
 	<-resyncDone
+	<-svcDone
 	cp := cps.get()
 	if cp != nil {
 		cp.stopGossip(log)
@@ -291,7 +317,8 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 		log.Warn("stored public keys unreadable: encrypted sandboxes of the previous run will be removed", "err", err)
 	}
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
-		VXLANPort: cfg.VXLANPort, ResumeEncrypted: cfg.SecretFile != "" && cfg.GossipPort != 0 && len(keys) > 0, Logger: log})
+		VXLANPort: cfg.VXLANPort, ResumeEncrypted: cfg.SecretFile != "" && cfg.GossipPort != 0 && len(keys) > 0,
+		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, Logger: log})
 	if err != nil {
 		release()
 		return nil, nil, err

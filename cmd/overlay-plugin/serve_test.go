@@ -22,6 +22,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/servicelb/fakelb"
 )
 
 // instance is one serve run in-process.
@@ -46,12 +47,13 @@ func testConfig(t *testing.T) serveConfig {
 
 func testDeps(k *fakekernel.Kernel) serveDeps {
 	return serveDeps{
-		newKernel:   func(serveConfig) (kernel.Kernel, func(), error) { return k, func() {}, nil },
-		newUnderlay: func(serveConfig) (driver.Underlay, func(), error) { return stubUnderlay{}, func() {}, nil },
-		readyWait:   10 * time.Second,
-		lockWait:    200 * time.Millisecond,
-		httpGrace:   5 * time.Second,
-		resyncEvery: time.Second,
+		newKernel:       func(serveConfig) (kernel.Kernel, func(), error) { return k, func() {}, nil },
+		newUnderlay:     func(serveConfig) (driver.Underlay, func(), error) { return stubUnderlay{}, func() {}, nil },
+		readyWait:       10 * time.Second,
+		lockWait:        200 * time.Millisecond,
+		httpGrace:       5 * time.Second,
+		resyncEvery:     time.Second,
+		newLoadBalancer: func() driver.LoadBalancer { return fakelb.New() },
 	}
 }
 

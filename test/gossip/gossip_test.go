@@ -93,6 +93,7 @@ type gnode struct {
 	host   *testbed.Host
 	plugin *testbed.Plugin
 	dead   bool // plugin killed: its endpoints are expected to vanish elsewhere
+	engine *fakeEngine
 }
 
 // endpoint is one endpoint joined on a host; ctr is nil for endpoints that
@@ -148,6 +149,9 @@ type options struct {
 	// a plugin.
 	discovery    bool
 	hintsAtStart bool
+	// engines gives every host a fake Docker engine (engine_test.go) on
+	// the plugin's --docker-socket.
+	engines bool
 }
 
 type gcluster struct {
@@ -232,6 +236,10 @@ func newCluster(t *testing.T, o options) *gcluster {
 			args = append(args, "--secret-file", s)
 		}
 		n := &gnode{name: h.Name, host: h}
+		if o.engines {
+			n.engine = startEngine(t, filepath.Join(bed.Dir(), "engine-"+h.Name+".sock"))
+			args = append(args, "--docker-socket", n.engine.path)
+		}
 		cfg := testbed.PluginConfig{Args: args}
 		if o.hintsAtStart {
 			// dockerd's calls as soon as the socket appears; they wait

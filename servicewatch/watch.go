@@ -1,0 +1,212 @@
+// Package servicewatch learns the swarm services of the plugin's networks
+// from the local Docker engine and hands each network's virtual IPs and
+// backends to the driver, which programs them into its containers.
+//
+// Docker allocates a VIP for every default-mode service and publishes it
+// in its DNS, and every node's engine lists a network's services with
+// their VIPs and tasks (verbose network inspect, from Docker's own
+// gossip), but it builds a load balancer only for its own overlay. The
+// engine sends no event when a task on ANOTHER node starts or stops, so
+// the watcher asks it:
+//
+//   - when the plugin's own gossip reports an endpoint of the network
+//     joining or leaving anywhere (Changed), at once and again after
+//     followUps, since Docker's gossip may trail the plugin's;
+//   - every period for each network with local containers, for what no
+//     endpoint change shows (a service created or removed, a VIP).
+//
+// So a new backend is used within about a second of both gossips knowing
+// it, anything else within period, and one request per network and
+// change (coalesced) or period is all the engine sees. A backend that
+// left is dropped sooner, by the driver, as soon as the plugin's gossip
+// withdraws its endpoint.
+package servicewatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/dockerengine"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+)
+
+// Defaults.
+const (
+	DefaultPeriod = 5 * time.Second
+)
+
+// followUps are the delays after a change at which the network is asked
+// again: Docker's gossip of the same task may arrive after the plugin's.
+var followUps = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second, 2 * time.Second}
+
+// Engine answers what services a network has (dockerengine.Client).
+type Engine interface {
+	NetworkServices(ctx context.Context, networkID string) ([]dockerengine.Service, error)
+}
+
+// Driver is where the services go (driver.Driver).
+type Driver interface {
+	// ServiceNetworks lists the networks with containers on this host.
+	ServiceNetworks() []string
+	// SetServices replaces a network's services.
+	SetServices(networkID string, svcs []driver.Service) error
+}
+
+// Watcher polls the engine for the networks that need it.
+type Watcher struct {
+	engine Engine
+	drv    Driver
+	period time.Duration
+	log    *slog.Logger
+
+	// mu guards due. A leaf: nothing else is locked or called under it.
+	mu sync.Mutex
+	// due maps a network to the times it is to be asked, earliest first.
+	due  map[string][]time.Time
+	wake chan struct{} // 1-buffered
+}
+
+// New returns a watcher asking engine every period (0: DefaultPeriod).
+func New(engine Engine, drv Driver, period time.Duration, log *slog.Logger) *Watcher {
+	if period <= 0 {
+		period = DefaultPeriod
+	}
+	return &Watcher{engine: engine, drv: drv, period: period, log: log,
+		due: map[string][]time.Time{}, wake: make(chan struct{}, 1)}
+}
+
+// Changed says an endpoint of the network joined or left somewhere. It
+// never blocks: the driver calls it with a network lock held.
+func (w *Watcher) Changed(networkID string) {
+	now := time.Now()
+	w.mu.Lock()
+	times := []time.Time{now}
+	for _, d := range followUps {
+		times = append(times, now.Add(d))
+	}
+	// A burst of changes asks once now and once per follow-up of the
+	// latest change, not once per change.
+	old := w.due[networkID]
+	w.due[networkID] = times
+	w.mu.Unlock()
+	if len(old) == 0 || old[0].After(now) {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run asks the engine until ctx ends.
+func (w *Watcher) Run(ctx context.Context) {
+	tick := time.NewTicker(w.period)
+	defer tick.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			for _, nid := range w.drv.ServiceNetworks() {
+				w.refresh(ctx, nid)
+			}
+		case <-w.wake:
+		case <-timer.C:
+		}
+		next := w.runDue(ctx)
+		timer.Reset(time.Until(next))
+	}
+}
+
+// runDue asks for every network that is due and returns when the next
+// one will be (an hour away when none is).
+func (w *Watcher) runDue(ctx context.Context) time.Time {
+	now := time.Now()
+	next := now.Add(time.Hour)
+	var nids []string
+	w.mu.Lock()
+	for nid, times := range w.due {
+		i := 0
+		for i < len(times) && !times[i].After(now) {
+			i++
+		}
+		if i > 0 {
+			nids = append(nids, nid)
+		}
+		if times = times[i:]; len(times) == 0 {
+			delete(w.due, nid)
+		} else {
+			w.due[nid] = times
+			if times[0].Before(next) {
+				next = times[0]
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, nid := range nids {
+		w.refresh(ctx, nid)
+	}
+	return next
+}
+
+// refresh asks the engine for one network's services and hands them on.
+func (w *Watcher) refresh(ctx context.Context, nid string) {
+	if !slices.Contains(w.drv.ServiceNetworks(), nid) {
+		return // no container here needs it
+	}
+	raw, err := w.engine.NetworkServices(ctx, nid)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			w.log.Debug("ask Docker for the network's services", "network", nid, "err", err)
+		}
+		return
+	}
+	svcs, skipped := Translate(raw)
+	for _, s := range skipped {
+		w.log.Warn("service not balanced", "network", nid, "reason", s)
+	}
+	if err := w.drv.SetServices(nid, svcs); err != nil {
+		w.log.Debug("services not applied", "network", nid, "err", err)
+	}
+}
+
+// Translate turns the engine's services into the driver's: only those
+// with a VIP (dnsrr services have none), with their tasks sorted by
+// endpoint. The driver balances over the tasks whose endpoints its own
+// control plane knows, at their address of the VIP's family. It says why
+// it skipped a service whose VIP it could not use.
+func Translate(raw []dockerengine.Service) (svcs []driver.Service, skipped []string) {
+	for _, r := range raw {
+		if r.VIP == "" {
+			continue
+		}
+		vip, err := netip.ParseAddr(r.VIP)
+		if err != nil {
+			if p, perr := netip.ParsePrefix(r.VIP); perr == nil {
+				vip, err = p.Addr(), nil
+			}
+		}
+		if err != nil || !vip.IsGlobalUnicast() {
+			skipped = append(skipped, "service "+r.Name+": unusable VIP "+r.VIP)
+			continue
+		}
+		s := driver.Service{Name: r.Name, VIP: vip.Unmap(), Ports: slices.Clone(r.Ports)}
+		for _, t := range r.Tasks {
+			if t.EndpointID != "" {
+				s.Endpoints = append(s.Endpoints, t.EndpointID)
+			}
+		}
+		slices.Sort(s.Endpoints)
+		s.Endpoints = slices.Compact(s.Endpoints)
+		svcs = append(svcs, s)
+	}
+	slices.SortFunc(svcs, func(a, b driver.Service) int { return strings.Compare(a.Name, b.Name) })
+	return svcs, skipped
+}

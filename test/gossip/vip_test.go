@@ -1,0 +1,235 @@
+package gossip
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
+)
+
+const vipPort = 8080
+
+// nameServer answers each connection with the backend's name, then echoes.
+func nameServer(t *testing.T, ep *endpoint) {
+	t.Helper()
+	l, err := ep.ctr.Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), vipPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(time.Minute))
+				fmt.Fprintln(c, ep.ctr.Name)
+				io.Copy(c, c)
+			}()
+		}
+	}()
+}
+
+// ask connects from client to addr and returns the name the backend gave,
+// and the connection, open.
+func ask(client *endpoint, addr netip.AddrPort) (string, net.Conn, error) {
+	c, err := client.ctr.Dial(addr, 2*time.Second)
+	if err != nil {
+		return "", nil, err
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	name, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		c.Close()
+		return "", nil, err
+	}
+	return strings.TrimSpace(name), c, nil
+}
+
+// spread makes n connections from client to addr and counts the backends
+// that answered.
+func spread(client *endpoint, addr netip.AddrPort, n int) (map[string]int, error) {
+	got := map[string]int{}
+	for range n {
+		name, c, err := ask(client, addr)
+		if err != nil {
+			return got, err
+		}
+		c.Close()
+		got[name]++
+	}
+	return got, nil
+}
+
+// A service's VIP on a plugin network: connections from containers on both
+// hosts go to all of its tasks, follow the tasks as they come and go
+// (within a second of the plugin's gossip), never reach a task that left,
+// fail at once with no task, and leave no rule when the service goes.
+func TestServiceVIP(t *testing.T) {
+	c := newCluster(t, options{hosts: 2, engines: true})
+	h1, h2 := c.nodes[0], c.nodes[1]
+	b1, b2, b3 := c.addContainer(h1, "b1"), c.addContainer(h1, "b2"), c.addContainer(h2, "b3")
+	c1, c2 := c.addContainer(h1, "c1"), c.addContainer(h2, "c2")
+	c.waitConverged(converge, "backends and clients")
+	for _, b := range []*endpoint{b1, b2, b3} {
+		nameServer(t, b)
+	}
+	vip := netip.AddrPortFrom(testbed.Nth(poolV4, 200), vipPort)
+	setAll := func(tasks ...*endpoint) {
+		for _, n := range c.nodes {
+			n.engine.set(c.netID, "web", vip.Addr().String(), tasks...)
+		}
+	}
+	setAll(b1, b2, b3)
+
+	// Docker listed the service without an endpoint change: the periodic
+	// refresh picks it up.
+	for _, cl := range []*endpoint{c1, c2} {
+		deadline := time.Now().Add(8 * time.Second)
+		for {
+			if _, conn, err := ask(cl, vip); err == nil {
+				conn.Close()
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s: the VIP %s does not answer 8 s after Docker listed the service: %v", cl.ctr.Name, vip, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	for _, cl := range []*endpoint{c1, c2} {
+		got, err := spread(cl, vip, 60)
+		if err != nil {
+			t.Fatalf("%s: %v (so far %v)", cl.ctr.Name, err, got)
+		}
+		t.Logf("%s: 60 connections to %s: %v", cl.ctr.Name, vip, got)
+		for _, b := range []string{"b1", "b2", "b3"} {
+			if got[b] == 0 {
+				t.Errorf("%s: no connection reached %s: %v", cl.ctr.Name, b, got)
+			}
+		}
+	}
+	st, err := h1.plugin.Network(c.netID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted uint64
+	for _, s := range st.Services {
+		for _, b := range s.Backends {
+			counted += b.Connections
+		}
+	}
+	if len(st.Services) != 1 || len(st.Services[0].Backends) != 3 || counted < 60 {
+		t.Errorf("h1's state shows services %+v (%d connections counted), want web with 3 backends and at least c1's 60 connections", st.Services, counted)
+	}
+
+	// A task starts on h2: within a second of the gossip, connections
+	// reach it.
+	b4 := c.addContainer(h2, "b4")
+	nameServer(t, b4)
+	setAll(b1, b2, b3, b4)
+	start := time.Now()
+	for {
+		got, err := spread(c1, vip, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got["b4"] > 0 {
+			t.Logf("a new task was used %v after it joined", time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Since(start) > 3*time.Second {
+			t.Fatalf("the new task b4 got no connection %v after it joined: %v", time.Since(start), got)
+		}
+	}
+
+	// Open streams to b2 and b3, then b1 leaves: the streams go on, and
+	// no new connection reaches b1.
+	open := map[string]net.Conn{}
+	for i := 0; len(open) < 2 && i < 100; i++ {
+		name, conn, err := ask(c1, vip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (name == "b2" || name == "b3") && open[name] == nil {
+			open[name] = conn
+		} else {
+			conn.Close()
+		}
+	}
+	if len(open) < 2 {
+		t.Fatalf("100 connections did not reach both b2 and b3")
+	}
+	c.leave(b1)
+	setAll(b2, b3, b4)
+	time.Sleep(time.Second)
+	for _, cl := range []*endpoint{c1, c2} {
+		got, err := spread(cl, vip, 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got["b1"] > 0 {
+			t.Errorf("%s: %d connections reached b1 a second after it left: %v", cl.ctr.Name, got["b1"], got)
+		}
+	}
+	for name, conn := range open {
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		msg := "still there " + name + "\n"
+		if _, err := io.WriteString(conn, msg); err != nil {
+			t.Fatalf("stream to %s after b1 left: %v", name, err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != msg {
+			t.Fatalf("stream to %s after b1 left: read %q, %v", name, buf, err)
+		}
+		conn.Close()
+	}
+
+	// Scaled to zero: the VIP refuses at once rather than hang.
+	for _, b := range []*endpoint{b2, b3, b4} {
+		c.leave(b)
+	}
+	setAll()
+	time.Sleep(time.Second)
+	start = time.Now()
+	_, conn, err := ask(c1, vip)
+	if err == nil {
+		conn.Close()
+		t.Fatal("the VIP of a service without tasks answered")
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
+		t.Errorf("the VIP of a service without tasks: %v after %v, want connection refused at once", err, time.Since(start))
+	}
+
+	// The service goes: within the refresh period the containers hold no
+	// rule of it.
+	for _, n := range c.nodes {
+		n.engine.set(c.netID, "web", "")
+	}
+	deadline := time.Now().Add(8 * time.Second)
+	for _, cl := range []*endpoint{c1, c2} {
+		for {
+			out, err := cl.ctr.Exec("nft", "list", "tables")
+			if err != nil {
+				t.Fatalf("%s: nft list tables: %v", cl.ctr.Name, err)
+			}
+			if !strings.Contains(out, "overlay_plugin") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds the plugin's table 8 s after the service was removed:\n%s", cl.ctr.Name, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
