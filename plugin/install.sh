@@ -16,14 +16,15 @@
 #   PLUGIN_SETTINGS  space-separated K=V given to `docker plugin set`, e.g.
 #                    "OVERLAY_LOG_LEVEL=debug state.source=/srv/overlay"
 #                    (env names, or <mount>.source for the 'sandboxes',
-#                    'state', 'secrets' and 'docker' mounts)
+#                    'state', 'secrets', 'netns' and 'docker' mounts)
 #   DOCKER           docker CLI to use (default: docker)
 #   PLUGIN_ENABLE_TIMEOUT  seconds for `docker plugin enable` (default 30)
 #
 # With no DOCKER_HOST (a local daemon), the host directories the plugin
-# mounts are created if missing: /run/overlay-plugin (sandboxes; recreated at
+# mounts are created if missing: /run/overlay-plugin (sandboxes) and
+# /run/docker/netns (Docker's container namespaces), both recreated at
 # every boot by /etc/tmpfiles.d/overlay-plugin.conf, since Docker refuses to
-# enable a plugin whose bind source is missing), /var/lib/overlay-plugin
+# enable a plugin whose bind source is missing; /var/lib/overlay-plugin
 # (state) and /etc/overlay-plugin (mode 0700), and the cluster secret file is
 # checked:
 # /etc/overlay-plugin/secret, base64 of 32 random bytes, the SAME on every node
@@ -52,17 +53,23 @@ esac
 read -ra settings <<<"${PLUGIN_SETTINGS:-}"
 if [[ -z ${DOCKER_HOST:-} && " ${docker[*]} " != *" -H "* && " ${docker[*]} " != *" --host"* ]]; then
 	src_sandboxes=/run/overlay-plugin src_state=/var/lib/overlay-plugin src_secrets=/etc/overlay-plugin
+	src_netns=/run/docker/netns
 	for s in "${settings[@]}"; do
 		case $s in
 		sandboxes.source=*) src_sandboxes=${s#*=} ;;
+		netns.source=*) src_netns=${s#*=} ;;
 		state.source=*) src_state=${s#*=} ;;
 		secrets.source=*) src_secrets=${s#*=} ;;
 		esac
 	done
-	mkdir -p "$src_sandboxes" "$src_state"
+	# Docker's namespace directory appears with its first container; the
+	# plugin's mount of it must exist before (service VIPs, see README).
+	mkdir -p "$src_sandboxes" "$src_state" "$src_netns"
 	mkdir -p -m 0700 "$src_secrets"
-	if [[ $src_sandboxes == /run/* && -d /etc/tmpfiles.d ]]; then
-		printf 'd %s 0755 root root -\n' "$src_sandboxes" >/etc/tmpfiles.d/overlay-plugin.conf
+	if [[ -d /etc/tmpfiles.d ]]; then
+		for d in "$src_sandboxes" "$src_netns"; do
+			[[ $d == /run/* ]] && printf 'd %s 0755 root root -\n' "$d"
+		done >/etc/tmpfiles.d/overlay-plugin.conf
 	fi
 	# The namespaces outlive a plugin stop only if the plugin's mounts in
 	# them reach the host: the source must sit on a shared mount (systemd

@@ -20,6 +20,8 @@
 #                          (on an encrypted network where the kernel has ESP)
 #   check_plugin_logs      (g) dockerd logs the plugin's lines at the plugin's level,
 #                          and no worker's dockerd is asked GET /nodes by the plugin
+#   check_plugin_vip       (h) default-mode (VIP) services: balanced by name from every
+#                          node, scale 1/0/3, no rule left; a docker stack deploy
 #
 # Settings (environment):
 #   E2E_PLUGIN       plugin (driver) name: the README's, ck_readme_plugin_name (required for plugin checks)
@@ -845,6 +847,160 @@ check_plugin_logs() {
 	return "$fails"
 }
 
+# ck_vip_names I CID NAME N: the distinct answers of N requests from
+# container CID on node I to http://NAME:$CK_PORT/ (a service's VIP).
+ck_vip_names() {
+	local k
+	for ((k = 0; k < $4; k++)); do
+		ck_dk "$1" exec "$2" timeout 3 wget -q -O- "http://$3:$CK_PORT/" 2>/dev/null
+	done | sort | uniq -c | awk '{printf "%s(%d) ", $2, $1}'
+}
+
+# ck_vip_expect I CID NAME WANT: within 15 s, 30 requests to NAME from CID
+# are answered by exactly the tasks in WANT ("task1 task2 ..."), each at
+# least once.
+ck_vip_expect() {
+	local i=$1 cid=$2 name=$3 want=$4 got names end=$((SECONDS + 15))
+	while :; do
+		got=$(ck_vip_names "$i" "$cid" "$name" 30)
+		names=$(sed -E 's/\([0-9]+\)//g' <<<"$got" | tr ' ' '\n' | grep . | sort | tr '\n' ' ')
+		[[ ${names% } == "$want" ]] && { ck_log "node $i: 30 requests to $name: $got"; return 0; }
+		((SECONDS < end)) || { ck_fail "node $i: 30 requests to $name answered by [$got], want each of [$want]"; return 1; }
+		sleep 1
+	done
+}
+
+# ck_running_total SVC N: wait until SVC runs N tasks over all nodes.
+ck_running_total() {
+	local end=$((SECONDS + E2E_TASK_TIMEOUT)) i n
+	while :; do
+		n=0
+		for ((i = 0; i < CK_N; i++)); do n=$((n + $(ck_running_cids "$i" "$1" | grep -c .))); done
+		((n == $2)) && return 0
+		((SECONDS < end)) || { ck_fail "service $1: $n running tasks, want $2, after ${E2E_TASK_TIMEOUT}s"; return 1; }
+		sleep 1
+	done
+}
+
+# ck_lb_table I CID: the plugin's load-balancing table in container CID on
+# node I, from the host ("" when none).
+ck_lb_table() {
+	local pid
+	pid=$(ck_dk "$1" inspect -f '{{.State.Pid}}' "$2") || return 1
+	ck_hx "$1" nsenter --net="/proc/$pid/ns/net" nft list tables | grep overlay_plugin || true
+}
+
+# check_plugin_vip (h): services in Docker's default endpoint mode (VIP) on a
+# plugin network. A 3-replica service answers by name from a container on
+# every node, each task in turn; it follows scale 1, 0 (refused at once,
+# not a hang) and 3; removed, it leaves no rule in the containers. Then a
+# `docker stack deploy` of two services, one calling the other by name.
+check_plugin_vip() {
+	ck_nodes "$@"
+	local net=e2e-vip svc=e2e-vip cl=e2e-vipc i out start
+	local -a cid
+	ck_network "$net" "$E2E_PLUGIN" --attachable || { ck_fail "docker network create -d $E2E_PLUGIN: $CK_LAST_ERROR"; return 1; }
+	CK_SERVICES+=("$svc" "$cl")
+	out=$(ck_dk 0 service create -d --name "$svc" --no-resolve-image --replicas 3 --network "$net" \
+		--hostname 'task{{.Task.Slot}}' --stop-grace-period 1s "$E2E_IMAGE" \
+		sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) \
+		|| { ck_fail "service create $svc: $out"; return 1; }
+	out=$(ck_dk 0 service create -d --name "$cl" --no-resolve-image --mode global --network "$net" \
+		--stop-grace-period 1s "$E2E_IMAGE" sleep 3600 2>&1) || { ck_fail "service create $cl: $out"; return 1; }
+	ck_wait_tasks "$cl" 1 || return 1
+	ck_running_total "$svc" 3 || return 1
+	for ((i = 0; i < CK_N; i++)); do
+		cid[i]=$(ck_running_cids "$i" "$cl" | head -1)
+		ck_log "node $i: $svc resolves to $(ck_resolve "$i" "${cid[i]}" "$svc" | tr '\n' ' ')(the VIP)"
+		ck_vip_expect "$i" "${cid[i]}" "$svc" "task1 task2 task3" || return 1
+	done
+
+	ck_dk 0 service scale -d "$svc=1" >/dev/null || { ck_fail "service scale $svc=1"; return 1; }
+	ck_running_total "$svc" 1 || return 1
+	for ((i = 0; i < CK_N; i++)); do ck_vip_expect "$i" "${cid[i]}" "$svc" "task1" || return 1; done
+
+	ck_dk 0 service scale -d "$svc=0" >/dev/null || { ck_fail "service scale $svc=0"; return 1; }
+	ck_running_total "$svc" 0 || return 1
+	sleep 2
+	for ((i = 0; i < CK_N; i++)); do
+		start=$SECONDS
+		if out=$(ck_dk "$i" exec "${cid[i]}" timeout 5 wget -q -O- "http://$svc:$CK_PORT/" 2>&1); then
+			ck_fail "node $i: $svc with no task answered: $out"
+			return 1
+		fi
+		((SECONDS - start < 3)) || { ck_fail "node $i: $svc with no task took $((SECONDS - start)) s to fail ($out); want refused at once"; return 1; }
+		ck_log "node $i: $svc with no task: refused at once (${out//$'\n'/ })"
+	done
+
+	ck_dk 0 service scale -d "$svc=3" >/dev/null || { ck_fail "service scale $svc=3"; return 1; }
+	ck_running_total "$svc" 3 || return 1
+	for ((i = 0; i < CK_N; i++)); do ck_vip_expect "$i" "${cid[i]}" "$svc" "task1 task2 task3" || return 1; done
+
+	ck_dk 0 service rm "$svc" >/dev/null || { ck_fail "service rm $svc"; return 1; }
+	if ck_have_hostx; then
+		local end=$((SECONDS + 15)) left
+		for ((i = 0; i < CK_N; i++)); do
+			while left=$(ck_lb_table "$i" "${cid[i]}") && [[ -n $left ]]; do
+				((SECONDS < end)) || { ck_fail "node $i: the client still holds [$left] 15 s after $svc was removed"; return 1; }
+				sleep 1
+			done
+		done
+		ck_log "after service rm: no load-balancing table left in the clients"
+	fi
+	ck_vip_stack || return 1
+}
+
+# ck_vip_stack: `docker stack deploy` of a compose file, unchanged from what
+# Docker's own overlay takes but for the driver: "front" serves what it
+# fetched from "api" by name, through api's VIP; a client reads it through
+# front's VIP on every node.
+ck_vip_stack() {
+	local dir stack=e2evs i out end
+	dir=$(mktemp -d)
+	cat >"$dir/stack.yml" <<YAML
+version: "3.8"
+services:
+  api:
+    image: $E2E_IMAGE
+    command: ["sh", "-c", "echo api-says-hello >/www/index.html; exec httpd -f -p $CK_PORT -h /www"]
+    deploy: {replicas: 2}
+    networks: [app]
+  front:
+    image: $E2E_IMAGE
+    command: ["sh", "-c", "while :; do wget -q -O /www/index.html.new http://api:$CK_PORT/ && mv /www/index.html.new /www/index.html; sleep 1; done & exec httpd -f -p $CK_PORT -h /www"]
+    deploy: {replicas: 2}
+    networks: [app]
+  client:
+    image: $E2E_IMAGE
+    command: ["sleep", "3600"]
+    deploy: {mode: global}
+    networks: [app]
+networks:
+  app:
+    driver: $E2E_PLUGIN
+YAML
+	out=$(ck_dk 0 stack deploy --resolve-image never -c "$dir/stack.yml" "$stack" 2>&1)
+	rm -rf "$dir"
+	CK_SERVICES+=("${stack}_front" "${stack}_api" "${stack}_client")
+	CK_NETWORKS+=("${stack}_app")
+	ck_dk 0 stack ls --format '{{.Name}}' | grep -qxF "$stack" || { ck_fail "stack deploy: $out"; return 1; }
+	ck_log "docker stack deploy $stack: $(tr '\n' ' ' <<<"$out")"
+	ck_wait_tasks "${stack}_client" 1 || return 1
+	ck_running_total "${stack}_front" 2 || return 1
+	ck_running_total "${stack}_api" 2 || return 1
+	for ((i = 0; i < CK_N; i++)); do
+		local c
+		c=$(ck_running_cids "$i" "${stack}_client" | head -1)
+		end=$((SECONDS + 30))
+		until out=$(ck_dk "$i" exec "$c" timeout 3 wget -q -O- "http://front:$CK_PORT/" 2>&1) && [[ $out == api-says-hello ]]; do
+			((SECONDS < end)) || { ck_fail "node $i: http://front:$CK_PORT/ -> '${out:0:100}', want what front fetched from api"; return 1; }
+			sleep 1
+		done
+		ck_log "node $i: client -> front (VIP) -> api (VIP): $out"
+	done
+	ck_dk 0 stack rm "$stack" >/dev/null 2>&1
+}
+
 # ------------------------------------------------------------------ runner
 
 # e2e_run_check NAME FUNC CLI...: run one check in a subshell (its resources
@@ -875,12 +1031,12 @@ e2e_run_check() {
 	return 0
 }
 
-# e2e_plugin_checks CLI...: the README's commands, (a)-(g) against
+# e2e_plugin_checks CLI...: the README's commands, (a)-(h) against
 # $E2E_PLUGIN; E2E_CHECKS may list a subset by function name.
 # check_readme_docker comes first: the README's settings commands disable
 # the plugin, which Docker refuses while a network uses it.
 E2E_PLUGIN_CHECKS=(check_readme_docker check_plugin_service check_plugin_attachable check_plugin_encrypted
-	check_coexistence check_teardown check_disable_enable check_plugin_logs)
+	check_coexistence check_teardown check_disable_enable check_plugin_vip check_plugin_logs)
 e2e_plugin_checks() {
 	local c
 	for c in ${E2E_CHECKS:-${E2E_PLUGIN_CHECKS[*]}}; do

@@ -231,6 +231,13 @@ _e2e_node_launcher() {
 	for d in /run/containerd /run/docker /var/lib/docker /opt/containerd /run/overlay-plugin; do
 		mount -n -t tmpfs -o mode=711 tmpfs "$d"
 	done
+	# Docker's namespace directory (<exec-root>/netns) on a mount of its
+	# own, as /run/docker/netns is on a host (/run): runc makes the mount
+	# holding the data root private in the plugin's mount namespace, and
+	# the plugin's rslave mount of this directory must see the namespaces
+	# dockerd adds (service VIPs).
+	mkdir -p "$dir/x/netns"
+	mount -n -t tmpfs -o mode=755 tmpfs "$dir/x/netns"
 	exec "$@"
 }
 
@@ -358,7 +365,7 @@ e2e_install_plugin() {
 		dir=$(e2e_node_dir "$i")
 		(
 			export DOCKER="${E2E_DOCKER[i]}" PLUGIN_DIR="${E2E_PLUGIN_DIR:-$E2E_ROOT/build/plugin}" \
-				PLUGIN_SETTINGS="state.source=$dir/pstate secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$i") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$i") ${E2E_PLUGIN_SETTINGS:-}"
+				PLUGIN_SETTINGS="state.source=$dir/pstate secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$i") netns.source=$dir/x/netns OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$i") ${E2E_PLUGIN_SETTINGS:-}"
 			cd "$E2E_ROOT" || exit 1
 			if ((direct)); then
 				bash plugin/install.sh "$name"
