@@ -76,7 +76,11 @@ func countInMemory(t *testing.T, m []byte) int {
 
 func TestRetiredKeyLeavesNoCopyInMemory(t *testing.T) {
 	if !ErasesTemporaries {
-		t.Fatal("built without GOEXPERIMENT=runtimesecret, so key computations leave copies behind; make sets it")
+		if strings.Contains(os.Getenv("GOEXPERIMENT"), "runtimesecret") {
+			t.Fatal("GOEXPERIMENT=runtimesecret is set, yet the test was built without it")
+		}
+		// Plain `go test ./...` has no experiment; the Makefile sets it.
+		t.Skip("built without GOEXPERIMENT=runtimesecret, so key computations leave copies behind and there is nothing to check: `make test-go` (part of `make test`) runs this test with it")
 	}
 	s := testSchedule()
 	k, err := NewKeyring(s, t0)
