@@ -892,8 +892,8 @@ ck_lb_table() {
 
 # check_plugin_vip (h): services in Docker's default endpoint mode (VIP) on a
 # plugin network. A 3-replica service answers by name from a container on
-# every node, each task in turn; it follows scale 1, 0 (refused at once,
-# not a hang) and 3; removed, it leaves no rule in the containers. Then a
+# every node, each task in turn; it follows scale 1, 0 (nothing answers)
+# and 3; removed, it leaves no rule in the containers. Then a
 # `docker stack deploy` of two services, one calling the other by name.
 check_plugin_vip() {
 	ck_nodes "$@"
@@ -905,8 +905,10 @@ check_plugin_vip() {
 		--hostname 'task{{.Task.Slot}}' --stop-grace-period 1s "$E2E_IMAGE" \
 		sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) \
 		|| { ck_fail "service create $svc: $out"; return 1; }
+	# The clients are dnsrr: no VIP of their own, so that once the service
+	# goes their namespaces must hold no table at all.
 	out=$(ck_dk 0 service create -d --name "$cl" --no-resolve-image --mode global --network "$net" \
-		--stop-grace-period 1s "$E2E_IMAGE" sleep 3600 2>&1) || { ck_fail "service create $cl: $out"; return 1; }
+		--endpoint-mode dnsrr --stop-grace-period 1s "$E2E_IMAGE" sleep 3600 2>&1) || { ck_fail "service create $cl: $out"; return 1; }
 	ck_wait_tasks "$cl" 1 || return 1
 	ck_running_total "$svc" 3 || return 1
 	for ((i = 0; i < CK_N; i++)); do
@@ -919,17 +921,17 @@ check_plugin_vip() {
 	ck_running_total "$svc" 1 || return 1
 	for ((i = 0; i < CK_N; i++)); do ck_vip_expect "$i" "${cid[i]}" "$svc" "task1" || return 1; done
 
+	# With no task, Docker drops the name's record and the service from its
+	# listing (as on its own overlay): nothing may answer.
 	ck_dk 0 service scale -d "$svc=0" >/dev/null || { ck_fail "service scale $svc=0"; return 1; }
 	ck_running_total "$svc" 0 || return 1
 	sleep 2
 	for ((i = 0; i < CK_N; i++)); do
-		start=$SECONDS
 		if out=$(ck_dk "$i" exec "${cid[i]}" timeout 5 wget -q -O- "http://$svc:$CK_PORT/" 2>&1); then
 			ck_fail "node $i: $svc with no task answered: $out"
 			return 1
 		fi
-		((SECONDS - start < 3)) || { ck_fail "node $i: $svc with no task took $((SECONDS - start)) s to fail ($out); want refused at once"; return 1; }
-		ck_log "node $i: $svc with no task: refused at once (${out//$'\n'/ })"
+		ck_log "node $i: $svc with no task: no answer (${out//$'\n'/ })"
 	done
 
 	ck_dk 0 service scale -d "$svc=3" >/dev/null || { ck_fail "service scale $svc=3"; return 1; }
