@@ -6,9 +6,13 @@
 // bottom:
 //
 //	network.mu  →  Driver.mu
+//	network.mu  →  lbSandboxes.mu
 //
 // Driver.mu guards only the network table and is the bottom lock: nothing is
-// locked while it is held and no kernel call is made under it. Each network
+// locked while it is held and no kernel call is made under it.
+// lbSandboxes.mu (the containers' service VIP tables, services.go) is taken
+// under a network's lock around the load balancer's calls, with nothing
+// under it; it and Driver.mu are never held together. Each network
 // has its own mu guarding everything about that network (endpoints, peer db,
 // FDB refcounts, sandbox) and its kernel state, so operations on one network
 // are serialised while distinct networks proceed in parallel. lockNetwork
@@ -121,6 +125,7 @@ type Driver struct {
 	// lb and sandboxDir program service VIPs (services.go); svcWatch is
 	// told of endpoint changes, set once at start-up.
 	lb         LoadBalancer
+	lbNS       lbSandboxes
 	sandboxDir string
 	svcWatch   atomic.Pointer[func(string)]
 

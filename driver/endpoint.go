@@ -219,6 +219,7 @@ func (d *Driver) leave(n *network, ep *endpoint) error {
 	if err := d.kernel.DeleteVeth(n.sandbox, ep.veth.SandboxName); err != nil && !errors.Is(err, kernel.ErrNotFound) {
 		return fmt.Errorf("leave endpoint %s: %w", ep.id, err)
 	}
+	d.unbalance(n, ep)
 	ep.joined = false
 	ep.sandboxKey, ep.balanced = "", ""
 	n.joined--

@@ -301,6 +301,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 	cp := d.controlPlane()
 	for _, ep := range n.endpoints {
 		if ep.joined {
+			d.unbalance(n, ep)
 			ep.joined = false
 			ep.sandboxKey, ep.balanced = "", ""
 			n.peers.Delete(ep.id)

@@ -164,21 +164,29 @@ func (d *Driver) balance(n *network) {
 			continue
 		}
 		ns := d.sandboxPath(ep.sandboxKey)
-		var err error
-		if len(want) == 0 {
-			err = d.lb.Remove(ns)
-		} else {
-			err = d.lb.Apply(ns, want)
-		}
+		err := d.lbNS.set(d.lb, ns, n.id, want)
 		switch {
 		case err == nil:
 			ep.balanced = mark
 		case errors.Is(err, os.ErrNotExist):
+			d.lbNS.forget(ns)
 			d.log.Debug("container namespace gone: no VIPs to program", "endpoint", ep.id, "sandbox", ns)
 		default:
 			ep.balanced = ""
 			d.log.Warn("program service VIPs", "network", n.id, "endpoint", ep.id, "sandbox", ns, "err", err)
 		}
+	}
+}
+
+// unbalance withdraws the network's services from a container leaving
+// it; the container keeps those of its other networks. Caller holds n.mu.
+func (d *Driver) unbalance(n *network, ep *endpoint) {
+	if d.lb == nil || ep.sandboxKey == "" {
+		return
+	}
+	ns := d.sandboxPath(ep.sandboxKey)
+	if err := d.lbNS.set(d.lb, ns, n.id, nil); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.log.Debug("withdraw service VIPs from a leaving container", "network", n.id, "endpoint", ep.id, "err", err)
 	}
 }
 
@@ -227,7 +235,7 @@ func (d *Driver) servicesState(n *network) []ServiceState {
 			if !ep.joined || ep.sandboxKey == "" {
 				continue
 			}
-			c, err := d.lb.Counters(d.sandboxPath(ep.sandboxKey))
+			c, err := d.lbNS.counters(d.lb, d.sandboxPath(ep.sandboxKey))
 			if err != nil {
 				continue
 			}

@@ -247,3 +247,45 @@ func TestServiceWatchHearsEndpointChanges(t *testing.T) {
 		t.Errorf("the watcher heard %v, want %v (join, add, delete on n1; nothing before a container or on n2)", heard, want)
 	}
 }
+
+// A container on two networks balances both networks' services in one
+// table; leaving one network withdraws only that network's.
+func TestServicesOfTwoNetworksShareTheContainer(t *testing.T) {
+	d, lb := newLBDriver(t)
+	for n, v := range map[string]uint32{"n1": 300, "n2": 301} {
+		req := createNetReq(n, v)
+		if n == "n2" {
+			req.IPv4Data = []*api.IPAMData{{Pool: "10.2.0.0/16", Gateway: "10.2.0.1/16"}}
+			req.IPv6Data = nil
+		}
+		if err := d.CreateNetwork(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	joinAt(t, d, "n1", "cn1", 1, "/run/docker/netns/c")
+	if _, err := d.CreateEndpoint(&api.CreateEndpointRequest{NetworkID: "n2", EndpointID: "cn2",
+		Interface: &api.EndpointInterface{Address: "10.2.0.11/16"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Join(&api.JoinRequest{NetworkID: "n2", EndpointID: "cn2", SandboxKey: "/run/docker/netns/c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddPeer("n1", dualPeer("r1", 2)); err != nil {
+		t.Fatal(err)
+	}
+	r2 := peerdb.Peer{EndpointID: "r2", MAC: hwaddr.MAC{2, 0x42, 10, 2, 0, 12}, IPs: []netip.Addr{netip.MustParseAddr("10.2.0.12")},
+		VTEP: netip.MustParseAddr("198.51.100.12")}
+	if err := d.AddPeer("n2", r2); err != nil {
+		t.Fatal(err)
+	}
+	must(t, d.SetServices("n1", []Service{{Name: "web", VIP: vip4, Endpoints: []string{"r1"}}}))
+	must(t, d.SetServices("n2", []Service{{Name: "db", VIP: netip.MustParseAddr("10.2.0.2"), Endpoints: []string{"r2"}}}))
+	ns := "/docker-netns/c"
+	if got := backendsOf(t, lb, ns); len(got) != 2 || len(got["web@10.1.0.2"]) != 1 || len(got["db@10.2.0.2"]) != 1 {
+		t.Fatalf("the container on both networks balances %v, want web (n1) and db (n2)", got)
+	}
+	must(t, d.Leave(&api.LeaveRequest{NetworkID: "n2", EndpointID: "cn2"}))
+	if got := backendsOf(t, lb, ns); len(got) != 1 || len(got["web@10.1.0.2"]) != 1 {
+		t.Fatalf("after leaving n2 the container balances %v, want n1's web only", got)
+	}
+}
