@@ -45,6 +45,9 @@ const (
 // again: Docker's gossip of the same task may arrive after the plugin's.
 var followUps = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second, 2 * time.Second}
 
+// minGap spaces the requests a stream of changes causes for one network.
+const minGap = 100 * time.Millisecond
+
 // Engine answers what services a network has (dockerengine.Client).
 type Engine interface {
 	NetworkServices(ctx context.Context, networkID string) ([]dockerengine.Service, error)
@@ -65,10 +68,13 @@ type Watcher struct {
 	period time.Duration
 	log    *slog.Logger
 
-	// mu guards due. A leaf: nothing else is locked or called under it.
+	// mu guards due and asked. A leaf: nothing else is locked or called
+	// under it.
 	mu sync.Mutex
-	// due maps a network to the times it is to be asked, earliest first.
-	due  map[string][]time.Time
+	// due maps a network to the times it is to be asked, earliest first;
+	// asked to when it was last asked.
+	due   map[string][]time.Time
+	asked map[string]time.Time
 	wake chan struct{} // 1-buffered
 }
 
@@ -78,7 +84,7 @@ func New(engine Engine, drv Driver, period time.Duration, log *slog.Logger) *Wat
 		period = DefaultPeriod
 	}
 	return &Watcher{engine: engine, drv: drv, period: period, log: log,
-		due: map[string][]time.Time{}, wake: make(chan struct{}, 1)}
+		due: map[string][]time.Time{}, asked: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 // Changed says an endpoint of the network joined or left somewhere. It
@@ -86,20 +92,23 @@ func New(engine Engine, drv Driver, period time.Duration, log *slog.Logger) *Wat
 func (w *Watcher) Changed(networkID string) {
 	now := time.Now()
 	w.mu.Lock()
-	times := []time.Time{now}
-	for _, d := range followUps {
-		times = append(times, now.Add(d))
+	// A burst of changes asks at most every minGap, then once per
+	// follow-up of the latest change: not once per change.
+	first := now
+	if next := w.asked[networkID].Add(minGap); next.After(now) {
+		first = next
 	}
-	// A burst of changes asks once now and once per follow-up of the
-	// latest change, not once per change.
-	old := w.due[networkID]
+	times := []time.Time{first}
+	for _, d := range followUps {
+		if t := now.Add(d); t.After(first) {
+			times = append(times, t)
+		}
+	}
 	w.due[networkID] = times
 	w.mu.Unlock()
-	if len(old) == 0 || old[0].After(now) {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+	select { // the loop waits for the next due time: it may be earlier now
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -161,6 +170,9 @@ func (w *Watcher) refresh(ctx context.Context, nid string) {
 	if !slices.Contains(w.drv.ServiceNetworks(), nid) {
 		return // no container here needs it
 	}
+	w.mu.Lock()
+	w.asked[nid] = time.Now()
+	w.mu.Unlock()
 	raw, err := w.engine.NetworkServices(ctx, nid)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
