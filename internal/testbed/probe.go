@@ -181,6 +181,13 @@ const EchoIdle = 30 * time.Second
 // StartEcho starts an echo server on addr in the namespace; port 0 picks
 // a free port (see EchoServer.Addr). Close stops it; the Bed also does.
 func (n *Netns) StartEcho(addr netip.AddrPort) (*EchoServer, error) {
+	return n.StartGreetingEcho(addr, "")
+}
+
+// StartGreetingEcho is StartEcho whose server first sends greeting and a
+// newline on each connection (unless greeting is empty): which of several
+// servers behind one address answered.
+func (n *Netns) StartGreetingEcho(addr netip.AddrPort, greeting string) (*EchoServer, error) {
 	l, err := n.Listen(addr)
 	if err != nil {
 		return nil, err
@@ -203,6 +210,11 @@ func (n *Netns) StartEcho(addr netip.AddrPort) (*EchoServer, error) {
 				defer s.wg.Done()
 				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(EchoIdle))
+				if greeting != "" {
+					if _, err := io.WriteString(c, greeting+"\n"); err != nil {
+						return
+					}
+				}
 				if _, err := io.Copy(c, c); err != nil {
 					s.mu.Lock()
 					s.errs = append(s.errs, err)

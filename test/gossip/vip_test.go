@@ -3,7 +3,6 @@ package gossip
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -20,25 +19,9 @@ const vipPort = 8080
 // nameServer answers each connection with the backend's name, then echoes.
 func nameServer(t *testing.T, ep *endpoint) {
 	t.Helper()
-	l, err := ep.ctr.Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), vipPort))
-	if err != nil {
+	if _, err := ep.ctr.StartGreetingEcho(netip.AddrPortFrom(netip.IPv4Unspecified(), vipPort), ep.ctr.Name); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(time.Minute))
-				fmt.Fprintln(c, ep.ctr.Name)
-				io.Copy(c, c)
-			}()
-		}
-	}()
 }
 
 // ask connects from client to addr and returns the name the backend gave,
