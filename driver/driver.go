@@ -234,7 +234,8 @@ func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
 		for _, e := range eps[r.ID] {
 			ep := &endpoint{id: e.ID, mac: e.MAC, addrs: e.Addrs, veth: e.Veth, joined: adopt && e.Joined}
 			if ep.joined && validSandboxKey(e.SandboxKey) == nil {
-				ep.sandboxKey = e.SandboxKey
+				// The container may hold the previous run's VIPs.
+				ep.sandboxKey, ep.balanced = e.SandboxKey, balancedByEarlierRun
 			}
 			n.endpoints[ep.id] = ep
 			if ep.joined {

@@ -23,11 +23,13 @@ type lbSandboxes struct {
 
 // set makes the namespace at path balance svcs for network nid (nothing
 // when svcs is empty) besides what other networks gave it, and programs
-// it. Caller holds nid's network lock.
-func (s *lbSandboxes) set(lb LoadBalancer, path, nid string, svcs []servicelb.Service) error {
+// it. Without svcs nothing is done unless nid gave it some before, or
+// stale says the namespace may hold what an earlier run programmed.
+// Caller holds nid's network lock.
+func (s *lbSandboxes) set(lb LoadBalancer, path, nid string, svcs []servicelb.Service, stale bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, had := s.byPath[path][nid]; !had && len(svcs) == 0 {
+	if _, had := s.byPath[path][nid]; !had && len(svcs) == 0 && !stale {
 		return nil // nothing of nid's there to withdraw
 	}
 	if s.byPath == nil {

@@ -164,7 +164,7 @@ func (d *Driver) balance(n *network) {
 			continue
 		}
 		ns := d.sandboxPath(ep.sandboxKey)
-		err := d.lbNS.set(d.lb, ns, n.id, want)
+		err := d.lbNS.set(d.lb, ns, n.id, want, ep.balanced == balancedByEarlierRun)
 		switch {
 		case err == nil:
 			ep.balanced = mark
@@ -185,10 +185,14 @@ func (d *Driver) unbalance(n *network, ep *endpoint) {
 		return
 	}
 	ns := d.sandboxPath(ep.sandboxKey)
-	if err := d.lbNS.set(d.lb, ns, n.id, nil); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := d.lbNS.set(d.lb, ns, n.id, nil, ep.balanced == balancedByEarlierRun); err != nil && !errors.Is(err, os.ErrNotExist) {
 		d.log.Debug("withdraw service VIPs from a leaving container", "network", n.id, "endpoint", ep.id, "err", err)
 	}
 }
+
+// balancedByEarlierRun marks a container adopted at start-up: its table,
+// if any, is the previous run's, unknown to this one.
+const balancedByEarlierRun = "earlier run"
 
 // fingerprint is a canonical text of what a container balances ("-" for
 // nothing, which differs from the unset mark of a fresh container).

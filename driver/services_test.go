@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	api "github.com/docker/go-plugins-helpers/network"
+	"go.etcd.io/bbolt"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
@@ -22,18 +23,23 @@ import (
 func newLBDriver(t *testing.T) (*Driver, *fakelb.LB) {
 	t.Helper()
 	lb := fakelb.New()
-	db := testDB(t)
+	return newLBDriverWith(t, fakekernel.New(), testDB(t), lb), lb
+}
+
+// newLBDriverWith builds it on k, db and lb, as a (re)started plugin does.
+func newLBDriverWith(t *testing.T, k *fakekernel.Kernel, db *bbolt.DB, lb *fakelb.LB) *Driver {
+	t.Helper()
 	alloc, err := vni.Open(db, vni.DefaultRange)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{Kernel: fakekernel.New(), Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789,
+	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789,
 		AdvertiseAddr: localVTEP, DB: db, LoadBalancer: lb, SandboxDir: "/docker-netns",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d, lb
+	return d
 }
 
 func joinAt(t *testing.T, d *Driver, nid, eid string, i int, key string) {
@@ -287,5 +293,35 @@ func TestServicesOfTwoNetworksShareTheContainer(t *testing.T) {
 	must(t, d.Leave(&api.LeaveRequest{NetworkID: "n2", EndpointID: "cn2"}))
 	if got := backendsOf(t, lb, ns); len(got) != 1 || len(got["web@10.1.0.2"]) != 1 {
 		t.Fatalf("after leaving n2 the container balances %v, want n1's web only", got)
+	}
+}
+
+// A container adopted at restart whose services went while the plugin was
+// down loses the previous run's table; one whose services remain keeps
+// balancing them.
+func TestServicesAfterRestart(t *testing.T) {
+	k, db, lb := fakekernel.New(), testDB(t), fakelb.New()
+	d := newLBDriverWith(t, k, db, lb)
+	for n, v := range map[string]uint32{"n1": 300, "n2": 301} {
+		must(t, d.CreateNetwork(createNetReq(n, v)))
+	}
+	joinAt(t, d, "n1", "a", 1, "/run/docker/netns/a")
+	joinAt(t, d, "n2", "b", 1, "/run/docker/netns/b")
+	must(t, d.AddPeer("n1", dualPeer("r1", 2)))
+	must(t, d.AddPeer("n2", dualPeer("r2", 2)))
+	must(t, d.SetServices("n1", []Service{{Name: "web", VIP: vip4, Endpoints: []string{"r1"}}}))
+	must(t, d.SetServices("n2", []Service{{Name: "api", VIP: vip4, Endpoints: []string{"r2"}}}))
+	d.Close()
+
+	d2 := newLBDriverWith(t, k, db, lb)
+	must(t, d2.AddPeer("n1", dualPeer("r1", 2)))
+	must(t, d2.SetServices("n1", nil)) // web went while the plugin was down
+	if svcs, ok := lb.Services("/docker-netns/a"); ok {
+		t.Errorf("container a kept the previous run's table %v though n1 has no service now", svcs)
+	}
+	must(t, d2.AddPeer("n2", dualPeer("r2", 2)))
+	must(t, d2.SetServices("n2", []Service{{Name: "api", VIP: vip4, Endpoints: []string{"r2"}}}))
+	if b := backendsOf(t, lb, "/docker-netns/b")["api@10.1.0.2"]; len(b) != 1 {
+		t.Errorf("container b after the restart balances %v, want r2", b)
 	}
 }
