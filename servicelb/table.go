@@ -126,26 +126,24 @@ func (rs *ruleset) counters() map[Backend]expr.Counter {
 // cannot tell apart counts as a difference, so the worst a false "differs"
 // costs is one needless rebuild.
 func (rs *ruleset) sameAs(got *ruleset) bool {
-	if got == nil || len(got.chains) != len(rs.chains) || len(got.sets) != len(rs.sets) {
+	return got != nil &&
+		sameByName(rs.chains, got.chains, func(c chainSpec) string { return c.chain.Name }, sameChain) &&
+		sameByName(rs.sets, got.sets, func(s setSpec) string { return s.set.Name }, sameSet)
+}
+
+// sameByName says whether have holds exactly want's objects by name, each
+// alike (same) to want's.
+func sameByName[T any](want, have []T, name func(T) string, same func(want, have T) bool) bool {
+	if len(want) != len(have) {
 		return false
 	}
-	chains := make(map[string]chainSpec, len(got.chains))
-	for _, ch := range got.chains {
-		chains[ch.chain.Name] = ch
+	byName := make(map[string]T, len(have))
+	for _, h := range have {
+		byName[name(h)] = h
 	}
-	for _, want := range rs.chains {
-		have, ok := chains[want.chain.Name]
-		if !ok || !sameChain(want, have) {
-			return false
-		}
-	}
-	sets := make(map[string]setSpec, len(got.sets))
-	for _, s := range got.sets {
-		sets[s.set.Name] = s
-	}
-	for _, want := range rs.sets {
-		have, ok := sets[want.set.Name]
-		if !ok || !sameSet(want, have) {
+	for _, w := range want {
+		h, ok := byName[name(w)]
+		if !ok || !same(w, h) {
 			return false
 		}
 	}
