@@ -436,16 +436,8 @@ func (d *Driver) encryptionReady() error {
 // validID accepts the ids Docker generates (hex, or swarm's base-36) and
 // nothing that could escape a path or an interface name.
 func validID(kind, id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: empty %s id", ErrInvalid, kind)
-	}
-	if len(id) > 128 {
-		return fmt.Errorf("%w: %s id longer than 128 characters", ErrInvalid, kind)
-	}
-	for _, c := range id {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
-			return fmt.Errorf("%w: %s id %q has a character other than a letter or digit", ErrInvalid, kind, id)
-		}
+	if err := peerdb.CheckID(kind, id); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }

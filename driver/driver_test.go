@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -492,5 +493,28 @@ func TestCloseKeepsSandboxes(t *testing.T) {
 	}
 	if refs, vnis := fe.snapshot(); len(refs) != 1 || vnis[301] != 1 {
 		t.Fatalf("Close released IPsec references: %v %v", refs, vnis)
+	}
+}
+
+// A remote peer whose id DeletePeer would refuse cannot be added either:
+// with id "0-forged" it took over another endpoint's IP (the smallest id
+// wins) and no retraction could remove it.
+func TestAddPeerRefusesIdsDeleteRefuses(t *testing.T) {
+	d, _ := newFake(t)
+	must(t, d.CreateNetwork(createNetReq("n1", 300)))
+	real := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
+	must(t, d.AddPeer("n1", real))
+	for _, id := range []string{"0-forged", "a/b", "", strings.Repeat("a", 129)} {
+		forged := remotePeer(id, "10.1.0.50", "02:00:00:00:00:66", "198.51.100.9")
+		if err := d.AddPeer("n1", forged); !errors.Is(err, ErrInvalid) {
+			t.Errorf("AddPeer with id %q = %v, want ErrInvalid", id, err)
+		}
+		if err := d.DeletePeer("n1", id); !errors.Is(err, ErrInvalid) {
+			t.Errorf("DeletePeer with id %q = %v, want ErrInvalid (the same rule)", id, err)
+		}
+	}
+	st := d.State()[0]
+	if len(st.Peers) != 1 || st.Peers[0].EndpointID != "r1" {
+		t.Fatalf("peers after the forged adds: %+v, want r1 alone", st.Peers)
 	}
 }

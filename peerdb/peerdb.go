@@ -9,7 +9,6 @@ package peerdb
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -39,10 +38,28 @@ func (p Peer) Clone() Peer {
 	return p
 }
 
+// CheckID is the one rule for network and endpoint ids, on every path
+// (Docker's API, gossip, the admin API): 1 to 128 letters and digits, as
+// Docker's ids are. What may be added may thus always be deleted.
+func CheckID(kind, id string) error {
+	if id == "" {
+		return fmt.Errorf("empty %s id", kind)
+	}
+	if len(id) > 128 {
+		return fmt.Errorf("%s id longer than 128 characters", kind)
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("%s id %q has a character other than a letter or digit", kind, id)
+		}
+	}
+	return nil
+}
+
 // Validate reports a peer that cannot be stored.
 func (p Peer) Validate() error {
-	if p.EndpointID == "" {
-		return errors.New("peer: empty endpoint id")
+	if err := CheckID("endpoint", p.EndpointID); err != nil {
+		return fmt.Errorf("peer: %w", err)
 	}
 	if len(p.IPs) == 0 {
 		return fmt.Errorf("peer %s: no IP address", p.EndpointID)

@@ -104,6 +104,9 @@ func TestValidate(t *testing.T) {
 	}
 	bad := map[string]func(p *Peer){
 		"empty id":             func(p *Peer) { p.EndpointID = "" },
+		"id with a dash":       func(p *Peer) { p.EndpointID = "0-forged" },
+		"id with a slash":      func(p *Peer) { p.EndpointID = "../x" },
+		"id of 129 characters": func(p *Peer) { p.EndpointID = strings.Repeat("a", 129) },
 		"no IPs":               func(p *Peer) { p.IPs = nil },
 		"empty IP slice":       func(p *Peer) { p.IPs = []netip.Addr{} },
 		"invalid IP":           func(p *Peer) { p.IPs = []netip.Addr{{}} },
