@@ -120,8 +120,8 @@ func TestServeConfigErrors(t *testing.T) {
 		{"unknown flag", []string{"--colour", "blue"}, nil, []string{"colour"}},
 		{"extra argument", []string{"now"}, nil, []string{`unexpected argument "now"`}},
 		{"empty socket", []string{"--socket", ""}, nil, []string{"--socket must not be empty"}},
-		{"socket path too long", []string{"--socket", long}, nil, []string{"--socket", "at most 107"}},
-		{"admin socket path too long", nil, map[string]string{"OVERLAY_ADMIN_SOCKET": long}, []string{"--admin-socket", "at most 107"}},
+		{"socket path too long", []string{"--socket", long}, nil, []string{"--socket", "at most 93"}},
+		{"admin socket path too long", nil, map[string]string{"OVERLAY_ADMIN_SOCKET": long}, []string{"--admin-socket", "at most 93"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -387,18 +387,53 @@ func listenUnix(path string, dirMode, mode os.FileMode) (net.Listener, error) {
 			return nil, fmt.Errorf("remove stale socket: %w", err)
 		}
 	}
-	l, err := net.Listen("unix", path)
+	return listenPrivately(path, mode)
+}
+
+// listenPrivately binds the socket in a new 0700 directory beside path,
+// gives it mode, then renames it into place: a socket bound at path
+// itself exists with the process umask's mode until a chmod, and a client
+// that connects in that window (umask 000) keeps its connection.
+func listenPrivately(path string, mode os.FileMode) (net.Listener, error) {
+	dir, err := os.MkdirTemp(filepath.Dir(path), privateSocketDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, mode); err != nil {
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // it would unlink tmp, not path
+	if err := os.Chmod(tmp, mode); err != nil {
 		l.Close()
 		return nil, err
 	}
-	return l, nil
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return movedListener{ul, path}, nil
 }
 
-// removeSocket removes a socket file of ours. Closing a unix listener
+// movedListener removes its socket file when closed, as a unix listener
+// bound at the path would: new connections are refused from then on.
+type movedListener struct {
+	*net.UnixListener
+	path string
+}
+
+func (l movedListener) Close() error {
+	err := l.UnixListener.Close()
+	if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// removeSocket removes a socket file of ours. Closing its listener
 // usually has removed it already.
 func removeSocket(log *slog.Logger, path string) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
