@@ -69,6 +69,10 @@ func (p *pluginAPI) Close() {
 }
 
 func (p *pluginAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		p.reject(w, r, http.StatusMethodNotAllowed, fmt.Sprintf("%s: method %s; the plugin API takes POST", r.URL.Path, r.Method))
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPluginBody))
 	if err != nil {
 		status := http.StatusBadRequest
@@ -78,6 +82,10 @@ func (p *pluginAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			err = fmt.Errorf("request body larger than %d bytes", tooBig.Limit)
 		}
 		p.reject(w, r, status, fmt.Sprintf("%s: %v", r.URL.Path, err))
+		return
+	}
+	if rest := afterJSON(body); len(rest) > 0 {
+		p.reject(w, r, http.StatusBadRequest, fmt.Sprintf("%s: %d bytes of trailing data after the JSON request", r.URL.Path, len(rest)))
 		return
 	}
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://plugin"+r.URL.RequestURI(), bytes.NewReader(body))
@@ -109,6 +117,19 @@ func (p *pluginAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	w.Write(out)
+}
+
+// afterJSON is what follows the first JSON value of body, whitespace
+// aside: go-plugins-helpers decodes one value and ignores the rest. Nil
+// when body does not start with a JSON value (the inner handler words that
+// error).
+func afterJSON(body []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var v json.RawMessage
+	if dec.Decode(&v) != nil {
+		return nil
+	}
+	return bytes.TrimSpace(body[dec.InputOffset():])
 }
 
 // isErrResponse reports a body of the form {"Err": "non-empty"}.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -209,6 +210,8 @@ func TestPluginAPIBadInput(t *testing.T) {
 		{"empty body", "/NetworkDriver.DeleteNetwork", nil, "empty request body", 400},
 		{"garbage", "/NetworkDriver.AllocateNetwork", "\x00\x01\x02", "malformed JSON", 400},
 		{"unknown call", "/NetworkDriver.Frobnicate", `{}`, "not a call of the network driver API", 404},
+		{"trailing data", "/NetworkDriver.CreateNetwork", `{"NetworkID": "x"} {"NetworkID": "y"}`, "trailing data after the JSON request", 400},
+		{"trailing garbage", "/NetworkDriver.DeleteNetwork", `{"NetworkID": "x"}garbage`, "trailing data", 400},
 		{"oversize body", "/NetworkDriver.CreateNetwork", `{"NetworkID":"` + strings.Repeat("a", maxPluginBody) + `"}`, "larger than", 413},
 
 		// Missing or bad ids.
@@ -356,3 +359,25 @@ func TestGuardRecoversPanic(t *testing.T) {
 type panicky struct{ backend }
 
 func (panicky) GetCapabilities() (*api.CapabilitiesResponse, error) { panic("boom") }
+
+// Every call of Docker's plugin API is a POST; anything else is refused
+// with a clear {"Err"} rather than handed to the driver.
+func TestPluginAPIRefusesOtherMethods(t *testing.T) {
+	srv, _ := pluginServer(t, newTestDriver(t))
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
+		req, err := http.NewRequest(m, srv.URL+"/NetworkDriver.GetCapabilities", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Err string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(e.Err, "takes POST") {
+			t.Errorf("%s: HTTP %d %q, want 405 and an error saying the API takes POST", m, resp.StatusCode, e.Err)
+		}
+	}
+}

@@ -47,6 +47,8 @@ type serveDeps struct {
 	// closing their connections; driver calls already under way are always
 	// waited for.
 	httpGrace time.Duration
+	// readTimeout bounds the reading of one request, body included.
+	readTimeout time.Duration
 	// advertiseWait is how long to wait for Docker to name this node's
 	// address before taking the default route's.
 	advertiseWait time.Duration
@@ -82,6 +84,7 @@ func defaultDeps() serveDeps {
 		readyWait:       25 * time.Second,
 		lockWait:        2 * time.Second,
 		httpGrace:       10 * time.Second,
+		readTimeout:     30 * time.Second,
 		advertiseWait:   advertiseWait,
 		newEncryption:   newNetlinkEncryption,
 		resyncEvery:     30 * time.Second,
@@ -138,7 +141,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	plugin := newPluginAPI(g, log)
 	closers = append(closers, plugin.Close)
 	serverErrs := make(chan error, 3)
-	pluginSrv := startServer(pl, plugin, serverErrs, "plugin API")
+	pluginSrv := startServer(pl, plugin, serverErrs, "plugin API", deps.readTimeout)
 
 	// 2. The state database. bbolt locks the file: a second instance on the
 	// same state directory fails here.
@@ -170,7 +173,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", metricsH)
 	admin.Handle("/", adminapi.NewServer(adminBackend{g, cps}, g.Ready, log))
-	adminSrv := startServer(al, admin, serverErrs, "admin API")
+	adminSrv := startServer(al, admin, serverErrs, "admin API", deps.readTimeout)
 	servers := []*http.Server{pluginSrv, adminSrv}
 	if cfg.MetricsAddr != "" {
 		ml, err := net.Listen("tcp", cfg.MetricsAddr)
@@ -179,7 +182,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		}
 		only := http.NewServeMux()
 		only.Handle("GET /metrics", metricsH)
-		servers = append(servers, startServer(ml, only, serverErrs, "metrics"))
+		servers = append(servers, startServer(ml, only, serverErrs, "metrics", deps.readTimeout))
 		log.Info("serving metrics", "addr", ml.Addr())
 	}
 
@@ -327,9 +330,12 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 }
 
 // startServer serves h on l in the background; a failure of Serve other
-// than a shutdown is sent to errs.
-func startServer(l net.Listener, h http.Handler, errs chan<- error, name string) *http.Server {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+// than a shutdown is sent to errs. A request must arrive whole within
+// readTimeout: a client that stalls in its body held a goroutine and a
+// descriptor for good.
+func startServer(l net.Listener, h http.Handler, errs chan<- error, name string, readTimeout time.Duration) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, readTimeout), ReadTimeout: readTimeout,
+		IdleTimeout: 5 * time.Minute}
 	go func() {
 		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("%s server: %w", name, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -52,6 +53,7 @@ func testDeps(k *fakekernel.Kernel) serveDeps {
 		readyWait:       10 * time.Second,
 		lockWait:        200 * time.Millisecond,
 		httpGrace:       5 * time.Second,
+		readTimeout:     300 * time.Millisecond,
 		resyncEvery:     time.Second,
 		newLoadBalancer: func() driver.LoadBalancer { return fakelb.New() },
 	}
@@ -459,5 +461,26 @@ func TestServeMetrics(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /v1/networks on the metrics address: %d, want 404", resp.StatusCode)
+	}
+}
+
+// A client that stalls in its request body is cut off after the read
+// timeout instead of holding a goroutine and a descriptor for good.
+func TestServeCutsOffStalledRequests(t *testing.T) {
+	in := startReady(t)
+	for _, sock := range []string{in.cfg.Socket, in.cfg.AdminSocket} {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// 10 of the 100 bytes announced, then nothing.
+		fmt.Fprintf(c, "POST /NetworkDriver.CreateNetwork HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"Network")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		_, err = io.ReadAll(c) // an error answer, then EOF: the server closed
+		if err != nil {
+			t.Errorf("%s: a stalled request was still open after %v: %v", filepath.Base(sock), time.Since(start), err)
+		}
 	}
 }
