@@ -75,7 +75,7 @@ type Watcher struct {
 	// asked to when it was last asked.
 	due   map[string][]time.Time
 	asked map[string]time.Time
-	wake chan struct{} // 1-buffered
+	wake  chan struct{} // 1-buffered
 }
 
 // New returns a watcher asking engine every period (0: DefaultPeriod).
