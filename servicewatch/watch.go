@@ -123,7 +123,9 @@ func (w *Watcher) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			for _, nid := range w.drv.ServiceNetworks() {
+			nids := w.drv.ServiceNetworks()
+			w.forgetOthers(nids)
+			for _, nid := range nids {
 				w.refresh(ctx, nid)
 			}
 		case <-w.wake:
@@ -159,17 +161,31 @@ func (w *Watcher) runDue(ctx context.Context) time.Time {
 		}
 	}
 	w.mu.Unlock()
+	if len(nids) == 0 {
+		return next
+	}
+	needed := w.drv.ServiceNetworks()
 	for _, nid := range nids {
-		w.refresh(ctx, nid)
+		if slices.Contains(needed, nid) { // else no container here needs it
+			w.refresh(ctx, nid)
+		}
 	}
 	return next
 }
 
+// forgetOthers drops what is kept of networks not in nids (deleted here).
+func (w *Watcher) forgetOthers(nids []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for nid := range w.asked {
+		if !slices.Contains(nids, nid) {
+			delete(w.asked, nid)
+		}
+	}
+}
+
 // refresh asks the engine for one network's services and hands them on.
 func (w *Watcher) refresh(ctx context.Context, nid string) {
-	if !slices.Contains(w.drv.ServiceNetworks(), nid) {
-		return // no container here needs it
-	}
 	w.mu.Lock()
 	w.asked[nid] = time.Now()
 	w.mu.Unlock()
