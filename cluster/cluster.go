@@ -645,13 +645,15 @@ func (c *Cluster) NodeHint(addr netip.Addr) {
 	c.wake(c.joinCh)
 }
 
-// ForgetNode drops a Docker hint (DiscoverDelete): the address is no longer
-// re-joined once it stops being a member. Membership itself is unaffected.
+// ForgetNode drops a node Docker removed from the swarm (DiscoverDelete):
+// its address is no longer re-joined once it stops being a member, neither
+// as a hint nor as a former member (which would be retried for
+// candidateTTL); a configured seed stays. Membership itself is unaffected.
 func (c *Cluster) ForgetNode(addr netip.Addr) {
 	a := netip.AddrPortFrom(addr.Unmap(), uint16(c.port)).String()
 	c.mu.Lock()
 	if cand := c.cands[a]; cand != nil {
-		cand.kinds &^= candHint
+		cand.kinds &^= candHint | candSeen
 		if cand.kinds == 0 {
 			delete(c.cands, a)
 		}

@@ -458,6 +458,23 @@ func TestNodeHint(t *testing.T) {
 	waitConverged(t, []*tnode{n1, n2}, netA, map[string]ep{"e1": {n1, p}}, 5*time.Second)
 }
 
+// TestForgetNode: a node Docker removed from the swarm is no longer a
+// rejoin candidate, neither as a hint nor as a former member.
+func TestForgetNode(t *testing.T) {
+	h := newHarness(t)
+	n1, n2 := h.start(1), h.start(2)
+	n2.c.NodeHint(n1.ip)
+	waitMembers(t, []*tnode{n1, n2}, 2)
+	addr := netip.AddrPortFrom(n1.ip, gossipPort).String()
+	n2.c.ForgetNode(n1.ip)
+	n2.c.mu.Lock()
+	cand := n2.c.cands[addr]
+	n2.c.mu.Unlock()
+	if cand != nil {
+		t.Fatalf("%s is still a rejoin candidate (kinds %b) after ForgetNode", addr, cand.kinds)
+	}
+}
+
 // TestChurn: concurrent Publish/Retract on several nodes, each caller
 // holding a "network lock" that the node's Sink also takes (as the driver
 // does); every node converges to the final set.

@@ -28,6 +28,9 @@ type ControlPlane interface {
 	NetworkRemoved(networkID string)
 	// NodeHint passes on Docker's word that a swarm node exists at addr.
 	NodeHint(addr netip.Addr)
+	// ForgetNode passes on Docker's word that the node at addr left the
+	// swarm: it is no longer to be re-joined.
+	ForgetNode(addr netip.Addr)
 }
 
 // SetControlPlane connects the control plane, which may start after the

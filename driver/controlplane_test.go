@@ -22,6 +22,7 @@ type recordingCP struct {
 	added     []string
 	removed   []string
 	hints     []netip.Addr
+	forgotten []netip.Addr
 	snapshot  []peerdb.Peer
 }
 
@@ -60,6 +61,12 @@ func (c *recordingCP) NodeHint(a netip.Addr) {
 	c.hints = append(c.hints, a)
 }
 
+func (c *recordingCP) ForgetNode(a netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgotten = append(c.forgotten, a)
+}
+
 func TestControlPlaneHooks(t *testing.T) {
 	d, k := newFake(t)
 	cp := &recordingCP{snapshot: []peerdb.Peer{remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")}}
@@ -76,6 +83,8 @@ func TestControlPlaneHooks(t *testing.T) {
 		t.Fatalf("sandbox not built from the control plane's snapshot: %v", sb.Neighbors)
 	}
 	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.7"}}))
+	// A node removed from the swarm is not re-joined for ever.
+	must(t, d.DiscoverDelete(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.7"}}))
 	must(t, d.Leave(&api.LeaveRequest{NetworkID: "n1", EndpointID: "e1"}))
 	must(t, d.DeleteEndpoint(&api.DeleteEndpointRequest{NetworkID: "n1", EndpointID: "e1"}))
 	must(t, d.DeleteNetwork(&api.DeleteNetworkRequest{NetworkID: "n1"}))
@@ -83,6 +92,9 @@ func TestControlPlaneHooks(t *testing.T) {
 	defer cp.mu.Unlock()
 	if !slices.Equal(cp.removed, []string{"n1"}) {
 		t.Errorf("NetworkRemoved calls: %v", cp.removed)
+	}
+	if !slices.Equal(cp.forgotten, []netip.Addr{netip.MustParseAddr("198.51.100.7")}) {
+		t.Errorf("ForgetNode calls: %v", cp.forgotten)
 	}
 	if !slices.Equal(cp.added, []string{"n1"}) || !slices.Equal(cp.published, []string{"n1/e1"}) ||
 		!slices.Equal(cp.retracted, []string{"n1/e1"}) || !slices.Equal(cp.hints, []netip.Addr{netip.MustParseAddr("198.51.100.7")}) {

@@ -68,8 +68,9 @@ func (d *Driver) DiscoverNew(n *api.DiscoveryNotification) error {
 	return nil
 }
 
-// DiscoverDelete forgets a node Docker no longer reports; the control plane
-// learns departures from gossip itself.
+// DiscoverDelete forgets a node Docker removed from the swarm, and tells
+// the control plane, which would otherwise keep re-joining its address.
+// (Its endpoints go by gossip: the control plane sees the member leave.)
 func (d *Driver) DiscoverDelete(n *api.DiscoveryNotification) error {
 	if n.DiscoveryType != discoveryNode {
 		return nil
@@ -81,6 +82,9 @@ func (d *Driver) DiscoverDelete(n *api.DiscoveryNotification) error {
 	d.mu.Lock()
 	delete(d.nodes, nd.Address)
 	d.mu.Unlock()
+	if cp := d.controlPlane(); cp != nil {
+		cp.ForgetNode(nd.Address)
+	}
 	return nil
 }
 
