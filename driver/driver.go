@@ -7,13 +7,14 @@
 //
 //	network.mu  →  Driver.mu
 //	network.mu  →  lbSandboxes.mu
+//	network.mu  →  refusals.mu
 //
 // Driver.mu guards only the network table and is the bottom lock: nothing is
 // locked while it is held and no kernel call is made under it.
 // lbSandboxes.mu (the containers' service VIP tables, services.go) is taken
 // under a network's lock around the load balancer's calls, with nothing
-// under it; it and Driver.mu are never held together. Each network
-// has its own mu guarding everything about that network (endpoints, peer db,
+// under it; it and Driver.mu are never held together. refusals.mu
+// (refusals.go) is a leaf as well. Each network has its own mu guarding everything about that network (endpoints, peer db,
 // FDB refcounts, sandbox) and its kernel state, so operations on one network
 // are serialised while distinct networks proceed in parallel. lockNetwork
 // takes a network's lock with a double-checked lookup, so an operation never
@@ -128,6 +129,9 @@ type Driver struct {
 	lbNS       lbSandboxes
 	sandboxDir string
 	svcWatch   atomic.Pointer[func(string)]
+	// refused are the networks this host could not serve, for the
+	// operator (refusals.go).
+	refused refusals
 
 	// mu guards networks, vtep, discovered and nodes. Bottom of the lock order:
 	// hold nothing else's lock while taking it and call nothing while
@@ -419,6 +423,17 @@ func (d *Driver) Close() {
 		d.mu.Unlock()
 		n.mu.Unlock()
 	}
+}
+
+// refuseUnencryptable records and logs the refusal of an encrypted
+// network when this host cannot encrypt, and returns it.
+func (d *Driver) refuseUnencryptable(id string) error {
+	err := d.encryptionReady()
+	if err != nil {
+		d.refused.record(id, err, time.Now())
+		d.log.Error("refused an encrypted network: its tasks fail on this host", "network", id, "err", err)
+	}
+	return err
 }
 
 // encryptionReady says why encrypted networks cannot be served here.

@@ -69,7 +69,6 @@ func TestAllocateNetwork(t *testing.T) {
 		"list":         {OptVNI: "300,301"},
 		"not a number": {OptVNI: "x"},
 		"unknown key":  {"vni": "300"},
-		"encrypted":    {OptEncrypted: ""},
 		"bad mtu":      {OptMTU: "100"},
 		"bad flood":    {OptFlood: "maybe"},
 	} {

@@ -2,10 +2,12 @@ package driver
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	api "github.com/docker/go-plugins-helpers/network"
 
@@ -82,24 +84,56 @@ func newEncryptedDriver(t *testing.T, enc Encryption) (*Driver, *fakekernel.Kern
 	return d, k
 }
 
+// A host that cannot encrypt refuses the network where Docker shows the
+// reason on the task (CreateNetwork on each host), not at allocation on the
+// manager, which swarm does asynchronously; the refusal is remembered for
+// the operator.
 func TestEncryptedNetworkNeedsSecretAndKernel(t *testing.T) {
 	d, _ := newFake(t) // no Encryption configured
-	_, err := d.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: "n1", Options: map[string]string{OptEncrypted: ""}})
-	if err == nil || !strings.Contains(err.Error(), "--secret-file") {
-		t.Fatalf("encrypted network without a secret: %v", err)
+	if _, err := d.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: "n1", Options: map[string]string{OptEncrypted: ""}}); err != nil {
+		t.Fatalf("allocate an encrypted network on a manager without a secret: %v", err)
 	}
-	if err := d.CreateNetwork(encryptedReq("n1", 300)); err == nil {
-		t.Fatal("CreateNetwork of an encrypted network without a secret succeeded")
+	for range 2 {
+		if err := d.CreateNetwork(encryptedReq("n1", 300)); err == nil || !strings.Contains(err.Error(), "--secret-file") {
+			t.Fatalf("CreateNetwork of an encrypted network without a secret: %v", err)
+		}
 	}
+	st := d.State()
+	if len(st) != 1 || st[0].ID != "n1" || st[0].Refused == nil || st[0].Refused.Count != 2 ||
+		!strings.Contains(st[0].Refused.Reason, "--secret-file") || st[0].Sandbox != "" || len(st[0].Endpoints) != 0 {
+		t.Fatalf("state after two refusals: %+v", st)
+	}
+
 	fe := newFakeEncryption()
 	fe.unsupported = encryption.NoESPError()
-	d2, _ := newEncryptedDriver(t, fe)
-	_, err = d2.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: "n1", Options: map[string]string{OptEncrypted: ""}})
-	if err == nil || !strings.Contains(err.Error(), "ESP") {
+	d2, k := newEncryptedDriver(t, fe)
+	if err := d2.CreateNetwork(encryptedReq("n1", 300)); err == nil || !strings.Contains(err.Error(), "ESP") {
 		t.Fatalf("encrypted network on a kernel without ESP: %v", err)
 	}
-	if len(d2.State()) != 0 {
-		t.Fatal("state changed")
+	if st := d2.State(); len(st) != 1 || st[0].Refused == nil || !strings.Contains(st[0].Refused.Reason, "ESP") {
+		t.Fatalf("state: %+v", st)
+	}
+	if sb, _ := k.Sandboxes(); len(sb) != 0 {
+		t.Fatalf("sandboxes after a refusal: %v", sb)
+	}
+
+	// Served once the host can: the refusal is forgotten.
+	fe.unsupported = nil
+	must(t, d2.CreateNetwork(encryptedReq("n1", 300)))
+	if st := d2.State(); len(st) != 1 || st[0].Refused != nil {
+		t.Fatalf("state after the network was created: %+v", st[0].Refused)
+	}
+}
+
+func TestRefusalsAreBounded(t *testing.T) {
+	var r refusals
+	t0 := time.Unix(1000, 0)
+	for i := range maxRefusals + 5 {
+		r.record(fmt.Sprintf("n%03d", i), errors.New("no"), t0.Add(time.Duration(i)*time.Second))
+	}
+	l := r.list()
+	if len(l) != maxRefusals || l[0].id != "n005" {
+		t.Fatalf("kept %d refusals, first %s: want %d from n005", len(l), l[0].id, maxRefusals)
 	}
 }
 

@@ -80,11 +80,10 @@ func (d *Driver) AllocateNetwork(req *api.AllocateNetworkRequest) (*api.Allocate
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if opts.encrypted {
-		if err := d.encryptionReady(); err != nil {
-			return nil, err
-		}
-	}
+	// An encrypted network is allocated even if this host cannot encrypt:
+	// each host that cannot refuses it in CreateNetwork, where Docker shows
+	// the reason on the failed task; a refusal here would leave every task
+	// in "New" with the reason only in this manager's log.
 	id := opts.vni
 	if id != 0 {
 		if err := d.vnis.Reserve(req.NetworkID, id); err != nil {
@@ -130,7 +129,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		return fmt.Errorf("%w: network %s has no %s option: it must be created through the swarm (AllocateNetwork)", ErrInvalid, req.NetworkID, OptVNI)
 	}
 	if opts.encrypted {
-		if err := d.encryptionReady(); err != nil {
+		if err := d.refuseUnencryptable(req.NetworkID); err != nil {
 			return err
 		}
 	}
@@ -180,6 +179,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 	if err := d.persistNewNetwork(n); err != nil {
 		return err
 	}
+	d.refused.forget(n.id)
 	if cp := d.controlPlane(); cp != nil {
 		cp.NetworkAdded(n.id)
 	}
@@ -206,6 +206,7 @@ func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
 	// holder of n.mu removes n.
 	delete(d.networks, n.id)
 	d.mu.Unlock()
+	d.refused.forget(n.id)
 	if cp := d.controlPlane(); cp != nil {
 		cp.NetworkRemoved(n.id)
 	}
@@ -258,7 +259,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 	}
 	if n.opts.encrypted {
 		// Guard the VNI before its VXLAN device exists.
-		if err := d.encryptionReady(); err != nil {
+		if err := d.refuseUnencryptable(n.id); err != nil {
 			return err
 		}
 		if err := d.encryption().EnableVNI(n.vni); err != nil {

@@ -23,6 +23,9 @@ type NetworkState struct {
 	Services []ServiceState `json:"services,omitempty"`
 	// Kernel is what the sandbox holds now, read back from the kernel.
 	Kernel *KernelState `json:"kernel,omitempty"`
+	// Refused says why this host refused the network (refusals.go). A
+	// network refused at creation has no other field set.
+	Refused *Refusal `json:"refused,omitempty"`
 }
 
 // EndpointState is one local endpoint.
@@ -41,11 +44,11 @@ type KernelState struct {
 	Error     string            `json:"error,omitempty"`
 }
 
-// State returns copies of every network, sorted by id; each network is read
-// under its own lock, so each is consistent in itself.
+// State returns copies of every network, and of every network this host
+// refused, sorted by id; each network is read under its own lock, so each
+// is consistent in itself.
 func (d *Driver) State() []NetworkState {
 	ids := d.networkIDs()
-	slices.Sort(ids)
 	out := make([]NetworkState, 0, len(ids))
 	for _, id := range ids {
 		n := d.lockNetwork(id)
@@ -55,6 +58,15 @@ func (d *Driver) State() []NetworkState {
 		out = append(out, d.networkState(n))
 		n.mu.Unlock()
 	}
+	for _, r := range d.refused.list() {
+		if i := slices.IndexFunc(out, func(s NetworkState) bool { return s.ID == r.id }); i >= 0 {
+			out[i].Refused = &r.Refusal
+		} else {
+			out = append(out, NetworkState{ID: r.id, Subnets: []netip.Prefix{}, Endpoints: []EndpointState{},
+				Peers: []peerdb.Peer{}, Refused: &r.Refusal})
+		}
+	}
+	slices.SortFunc(out, func(a, b NetworkState) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

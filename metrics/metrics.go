@@ -80,6 +80,7 @@ var (
 	netSandbox   = desc("network_sandbox", "1 when the network has a sandbox on this host (a local endpoint joined).", "network", "vni")
 	svcTasks     = desc("service_tasks", "Tasks Docker lists for a service with a VIP on a network.", "network", "service", "vip")
 	svcBackends  = desc("service_backends", "Backends a service's VIP balances over here: its tasks whose endpoints the control plane knows.", "network", "service", "vip")
+	netRefused   = desc("network_refusals_total", "Docker's calls about a network that this host refused to serve (an encrypted network without a secret or ESP; `overlay-plugin state` says why).", "network")
 	svcConns     = desc("service_connections_total", "Connections this host's containers opened to a service's VIP, by the backend chosen (nft counters).", "network", "service", "vip", "backend")
 
 	clGauges = map[string]*prometheus.Desc{
@@ -161,6 +162,12 @@ func bool01(b bool) float64 {
 
 func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkState) {
 	for _, n := range nets {
+		if n.Refused != nil {
+			counter(ch, netRefused, uint64(n.Refused.Count), n.ID)
+			if n.VNI == 0 {
+				continue // refused at creation: nothing else to say
+			}
+		}
 		vni := strconv.FormatUint(uint64(n.VNI), 10)
 		joined := 0
 		for _, e := range n.Endpoints {

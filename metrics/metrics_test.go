@@ -39,7 +39,7 @@ func TestScrape(t *testing.T) {
 				Kernel:    &driver.KernelState{FDB: []kernel.FDBEntry{{}, {}}},
 				Services: []driver.ServiceState{{Name: "web", VIP: netip.MustParseAddr("10.0.0.2"), Tasks: 3,
 					Backends: []driver.BackendState{{Addr: netip.MustParseAddr("10.0.0.3"), Connections: 5}, {Addr: netip.MustParseAddr("10.0.0.4")}}}},
-			}}
+			}, {ID: "enc1", Refused: &driver.Refusal{Reason: "no secret", Count: 3}}}
 		},
 		Cluster: func() (cluster.Stats, bool) {
 			return cluster.Stats{MembersAlive: 3, Records: 7, BytesSent: 1000, RejectedVTEP: 2, MetaPushPulls: 4}, true
@@ -57,6 +57,7 @@ func TestScrape(t *testing.T) {
 	out := scrape(t, src, calls)
 	for _, want := range []string{
 		`overlay_plugin_network_endpoints{joined="true",network="net1",vni="256"} 1`,
+		`overlay_plugin_network_refusals_total{network="enc1"} 3`,
 		`overlay_plugin_network_endpoints{joined="false",network="net1",vni="256"} 1`,
 		`overlay_plugin_network_remote_endpoints{network="net1",vni="256"} 2`,
 		`overlay_plugin_network_fdb_entries{network="net1",vni="256"} 2`,
@@ -87,6 +88,9 @@ func TestScrape(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q", want)
 		}
+	}
+	if strings.Contains(out, `network="enc1",vni=`) {
+		t.Error("a network refused at creation has per-network gauges")
 	}
 	problems, err := testutil.CollectAndLint(collector{src})
 	if err != nil {

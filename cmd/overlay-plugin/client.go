@@ -23,7 +23,7 @@ func clientFlags(f *envFlags) func() *adminapi.Client {
 
 // runState prints the driver's state as indented JSON.
 func runState(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := newEnvFlags("state", "state [flags]\n\nPrint the running plugin's networks, endpoints, peers, kernel entries and service VIPs (backends, connections) as JSON.", stderr)
+	f := newEnvFlags("state", "state [flags]\n\nPrint the running plugin's networks, endpoints, peers, kernel entries, service VIPs (backends, connections) and the networks it refused, with why, as JSON.", stderr)
 	client := clientFlags(f)
 	if err := f.parse(args, getenv); err != nil {
 		return err

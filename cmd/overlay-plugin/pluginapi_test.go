@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	api "github.com/docker/go-plugins-helpers/network"
 
+	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -241,7 +243,6 @@ func TestPluginAPIBadInput(t *testing.T) {
 		{"AllocateNetwork VNI 5000", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "5000"}), "VNI 5000 is outside the allowed range 1-4095", 0},
 		{"AllocateNetwork VNI list", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "1,2"}), "give exactly one", 0},
 		{"AllocateNetwork VNI not a number", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "abc"}), "not a number", 0},
-		{"AllocateNetwork encrypted", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"encrypted": ""}), "--secret-file", 0},
 		{"AllocateNetwork bad MTU", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"com.docker.network.driver.mtu": "100"}), "want an MTU between 1280 and 65535", 0},
 		{"AllocateNetwork VNI taken", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "256"}), "VNI 256 is already used by network alloc1", 0},
 		// ...and on a node.
@@ -288,7 +289,7 @@ func TestPluginAPIBadInput(t *testing.T) {
 			if !strings.Contains(msg, c2.want) {
 				t.Errorf("message %q does not say %q", msg, c2.want)
 			}
-			if after := td.drv.State(); !reflect.DeepEqual(after, before) {
+			if after := served(td.drv.State()); !reflect.DeepEqual(after, before) {
 				t.Errorf("state changed:\nbefore %+v\nafter  %+v", before, after)
 			}
 			if after := td.kernel.Snapshot(); !reflect.DeepEqual(after, kernelBefore) {
@@ -301,6 +302,15 @@ func TestPluginAPIBadInput(t *testing.T) {
 			}
 		})
 	}
+	// The one refusal an operator must see: the encrypted network.
+	if st := td.drv.State(); len(st) != 3 || st[2].ID != "net3" || st[2].Refused == nil {
+		t.Errorf("state does not name the refused encrypted network: %+v", st)
+	}
+}
+
+// served drops the networks the driver only lists as refused.
+func served(st []driver.NetworkState) []driver.NetworkState {
+	return slices.DeleteFunc(st, func(n driver.NetworkState) bool { return n.Refused != nil && n.VNI == 0 })
 }
 
 // A kernel failure during Join reaches Docker as a clear error, and the

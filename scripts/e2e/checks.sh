@@ -34,9 +34,7 @@
 #   E2E_TASK_TIMEOUT seconds to wait for tasks (default 90)
 #   E2E_ON_FAIL      name of a function called after a failed check (log dumps)
 #   E2E_NODE_LOG     name of a function printing node i's dockerd log (with the
-#                    plugin's lines): an encrypted network refused by
-#                    AllocateNetwork shows only there (swarm allocates
-#                    asynchronously: `docker network create` succeeds, tasks stay New)
+#                    plugin's lines), for failure reports
 #
 # Results: e2e_run_check prints "PASS: name (Ns)" or "FAIL: name (Ns): reason";
 # e2e_summary prints "e2e: N passed, M failed" and returns non-zero on failure.
@@ -561,6 +559,14 @@ check_plugin_service() {
 	ck_log "metrics on every node's admin socket count the network's endpoints and Docker's calls"
 }
 
+# ck_plugin_state I: `overlay-plugin state` (JSON) of node I's plugin,
+# through the admin socket in its 'state' mount.
+ck_plugin_state() {
+	local src
+	src=$(ck_mount_source "$1" state) || return 1
+	ck_hx "$1" "$E2E_ROOT/bin/overlay-plugin" state --state-dir "$src" 2>&1
+}
+
 # ck_metrics I: the plugin's Prometheus metrics on node I, read on its host
 # through the admin socket in the plugin's 'state' mount.
 ck_metrics() {
@@ -616,11 +622,11 @@ check_plugin_encrypted() {
 			ck_fail "network create --opt encrypted failed, but the error names no missing kernel support: $CK_LAST_ERROR"
 			return 1
 		fi
-		# Created: swarm allocates networks asynchronously, so a refusal by
-		# AllocateNetwork (manager) leaves the tasks in New with no error on
-		# the CLI; a refusal by CreateNetwork/Join (nodes) fails the tasks.
+		# Created: swarm allocates networks asynchronously, so the refusal
+		# comes from each host's CreateNetwork, and Docker shows it on the
+		# failed tasks: `docker service ps --no-trunc`, as the README says.
 		ck_web_service e2e-enc --mode global --network e2e-enc --restart-condition none || return 1
-		local end=$((SECONDS + 45)) logerr
+		local end=$((SECONDS + 45)) nid st
 		while ((SECONDS < end)); do
 			for ((i = 0; i < CK_N; i++)); do
 				if [[ -n $(ck_running_cids "$i" e2e-enc) ]]; then
@@ -629,21 +635,31 @@ check_plugin_encrypted() {
 				fi
 			done
 			errs=$(ck_task_errors e2e-enc)
-			if grep -qE "$CK_ESP_RE" <<<"$errs"; then
-				ck_log "tasks fail with a clear error: $(grep -E "$CK_ESP_RE" <<<"$errs" | head -1)"
-				return 0
-			fi
+			grep -qE "$CK_ESP_RE" <<<"$errs" && break
 			sleep 3
 		done
-		out=$(ck_dk 0 service ps --format '{{.CurrentState}}' e2e-enc | awk '{print $1}' | sort | uniq -c | tr -s ' \n' ' ')
-		logerr=$(ck_node_log 0 | grep -E 'AllocateNetwork|e2e-enc|encrypt' | grep -iE 'err|fail' | tail -1)
-		if [[ -n $logerr ]] && grep -qE "$CK_ESP_RE" <<<"$logerr"; then
-			ck_log "no task started (states: $out); the manager's log names the missing support: $logerr"
-			ck_log "note: docker network create itself succeeded: swarm allocates asynchronously, so the user sees tasks stuck in New"
-			return 0
+		if ! grep -qE "$CK_ESP_RE" <<<"$errs"; then
+			out=$(ck_dk 0 service ps --format '{{.CurrentState}}' e2e-enc | awk '{print $1}' | sort | uniq -c | tr -s ' \n' ' ')
+			ck_fail "no task error names the missing kernel support (ESP/GCM) in docker service ps --no-trunc (states: $out; errors: [$(tr '\n' ';' <<<"$errs")])"
+			return 1
 		fi
-		ck_fail "no task started (states: $out) but no error names the missing kernel support (ESP/GCM); task errors: [$(tr '\n' ';' <<<"$errs")]; manager log: [${logerr:0:300}]"
-		return 1
+		ck_log "tasks fail with a clear error: $(grep -E "$CK_ESP_RE" <<<"$errs" | head -1)"
+		# The plugin's own account, on every node: `overlay-plugin state`
+		# names the refused network and why, and a metric counts it.
+		nid=$(ck_dk 0 network inspect -f '{{.Id}}' e2e-enc)
+		for ((i = 0; i < CK_N; i++)); do
+			st=$(ck_plugin_state "$i") || { ck_fail "node $i: overlay-plugin state failed: $st"; return 1; }
+			if ! grep -A8 "\"$nid\"" <<<"$st" | grep -q '"refused"' || ! grep -qE "$CK_ESP_RE" <<<"$st"; then
+				ck_fail "node $i: overlay-plugin state does not name refused network $nid with the reason: ${st:0:400}"
+				return 1
+			fi
+			if ! ck_metrics "$i" | grep -q "overlay_plugin_network_refusals_total{network=\"$nid\"}"; then
+				ck_fail "node $i: no overlay_plugin_network_refusals_total for $nid"
+				return 1
+			fi
+		done
+		ck_log "overlay-plugin state and the metrics name the refused network on every node"
+		return 0
 	fi
 	# The kernel has ESP: the network must work, and its traffic be ESP.
 	ck_have_hostx || { ck_fail "E2E_HOSTX is needed to read xfrm counters"; return 1; }
