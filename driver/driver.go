@@ -95,6 +95,9 @@ type Config struct {
 type Encryption interface {
 	// Supported says why this kernel cannot encrypt, or nil.
 	Supported() error
+	// Overhead is what encryption adds to every VXLAN packet, taken off
+	// the MTU of encrypted networks.
+	Overhead() int
 	// EnableVNI and DisableVNI guard a VNI in local use.
 	EnableVNI(vni uint32) error
 	DisableVNI(vni uint32) error

@@ -31,6 +31,7 @@ func newFakeEncryption() *fakeEncryption {
 }
 
 func (f *fakeEncryption) Supported() error { return f.unsupported }
+func (f *fakeEncryption) Overhead() int    { return encryption.Overhead }
 func (f *fakeEncryption) Resumed() bool    { return f.resumed }
 func (f *fakeEncryption) EnableVNI(v uint32) error {
 	f.mu.Lock()

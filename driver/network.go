@@ -11,7 +11,6 @@ import (
 
 	api "github.com/docker/go-plugins-helpers/network"
 
-	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
@@ -236,6 +235,13 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if n.sandbox != "" {
 		return nil
 	}
+	var enc Encryption
+	if n.opts.encrypted {
+		if err := d.refuseUnencryptable(n.id); err != nil {
+			return err
+		}
+		enc = d.encryption()
+	}
 	local, err := d.localVTEP()
 	if err != nil {
 		return err
@@ -248,8 +254,8 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if local.Is6() {
 		mtu = underMTU - overheadIPv6
 	}
-	if n.opts.encrypted {
-		mtu -= encryption.Overhead
+	if enc != nil {
+		mtu -= enc.Overhead()
 	}
 	if n.opts.mtu != 0 && n.opts.mtu < mtu {
 		mtu = n.opts.mtu
@@ -257,20 +263,17 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if mtu < 1280 && slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
 		return fmt.Errorf("underlay MTU %d leaves %d for the overlay, below IPv6's minimum of 1280", underMTU, mtu)
 	}
-	if n.opts.encrypted {
+	if enc != nil {
 		// Guard the VNI before its VXLAN device exists.
-		if err := d.refuseUnencryptable(n.id); err != nil {
-			return err
-		}
-		if err := d.encryption().EnableVNI(n.vni); err != nil {
+		if err := enc.EnableVNI(n.vni); err != nil {
 			return fmt.Errorf("network %s: %w", n.id, err)
 		}
 		n.guarded = true
 	}
 	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: d.port, Local: local, MTU: mtu}
 	if err := d.kernel.CreateSandbox(spec); err != nil {
-		if n.opts.encrypted {
-			if derr := d.encryption().DisableVNI(n.vni); derr != nil {
+		if enc != nil {
+			if derr := enc.DisableVNI(n.vni); derr != nil {
 				d.log.Warn("undo firewall rules", "network", n.id, "err", derr)
 			}
 			n.guarded = false

@@ -31,8 +31,10 @@ type Firewall interface {
 	// Keep takes over the rules a previous run left, as they are, and
 	// returns the VNIs they cover.
 	Keep() ([]uint32, error)
-	// Counters reads the rules' packet counters.
-	Counters() (FirewallCounters, error)
+	// Counters reads the rules' packet counters (see FirewallCounters).
+	// Plain numbers, so that the firewall package needs nothing of this
+	// one.
+	Counters() (marked, plaintextDropped, unprotectedDropped uint64, err error)
 }
 
 // FirewallCounters are packets of encrypted VNIs the firewall rules saw
@@ -263,6 +265,10 @@ func (m *Manager) installed() ([]StateInfo, []PolicyInfo, error) {
 
 // Supported reports why encrypted networks cannot work here, or nil.
 func (m *Manager) Supported() error { return m.unsupported }
+
+// Overhead is what ESP adds to every packet (see the constant), for the
+// driver's MTU.
+func (m *Manager) Overhead() int { return Overhead }
 
 // Resumed reports whether the previous run's IPsec state was taken over,
 // so that its encrypted sandboxes may be kept.
@@ -764,8 +770,8 @@ func (m *Manager) Status() Status {
 	if states, err := m.xfrm.States(); err == nil {
 		st.States = states
 	}
-	if c, err := m.fw.Counters(); err == nil {
-		st.Firewall = c
+	if marked, plain, unprotected, err := m.fw.Counters(); err == nil {
+		st.Firewall = FirewallCounters{Marked: marked, PlaintextDropped: plain, UnprotectedDropped: unprotected}
 	}
 	return st
 }

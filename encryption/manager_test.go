@@ -32,7 +32,7 @@ func (f *fakeFirewall) EnableVNI(v uint32) error {
 
 func (f *fakeFirewall) Repair() error { return nil }
 
-func (f *fakeFirewall) Counters() (FirewallCounters, error) { return FirewallCounters{}, nil }
+func (f *fakeFirewall) Counters() (uint64, uint64, uint64, error) { return 0, 0, 0, nil }
 
 // Keep: the fake outlives a "restart", as the kernel's table does.
 func (f *fakeFirewall) Keep() ([]uint32, error) {

@@ -43,7 +43,6 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 )
 
@@ -463,11 +462,12 @@ func (f *Firewall) Status() (Status, error) {
 	return st, nil
 }
 
-// Counters reads the rules' packet counters, for the encryption status.
-func (f *Firewall) Counters() (encryption.FirewallCounters, error) {
+// Counters reads the rules' packet counters, for the encryption status:
+// packets marked for IPsec on the way out, and dropped for arriving in
+// plaintext or leaving without an IPsec policy.
+func (f *Firewall) Counters() (marked, plaintextDropped, unprotectedDropped uint64, err error) {
 	st, err := f.Status()
-	return encryption.FirewallCounters{Marked: st.Marked.Packets, PlaintextDropped: st.Dropped.Packets,
-		UnprotectedDropped: st.Unprotected.Packets}, err
+	return st.Marked.Packets, st.Dropped.Packets, st.Unprotected.Packets, err
 }
 
 // Repair rebuilds the table only if it is not intact, so a periodic call

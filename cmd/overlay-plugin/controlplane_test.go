@@ -40,9 +40,7 @@ func (f *memFirewall) DisableVNI(v uint32) error {
 }
 func (f *memFirewall) Repair() error { return nil }
 
-func (f *memFirewall) Counters() (encryption.FirewallCounters, error) {
-	return encryption.FirewallCounters{}, nil
-}
+func (f *memFirewall) Counters() (uint64, uint64, uint64, error) { return 0, 0, 0, nil }
 
 // Keep: the fake outlives a "restart", as the kernel's table does.
 func (f *memFirewall) Keep() ([]uint32, error) {

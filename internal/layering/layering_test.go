@@ -1,0 +1,55 @@
+package layering
+
+import (
+	"go/build"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/overlay-plugin/overlay-plugin/"
+
+// rules: a package (left) must not depend, directly or through other
+// packages of this module, on any of the packages on the right. Test files
+// are exempt: a test may wire real parts together.
+var rules = map[string][]string{
+	"driver":     {"encryption", "firewall", "cluster"},
+	"firewall":   {"encryption", "driver"},
+	"kernel":     {"encryption", "driver", "cluster", "firewall"},
+	"peerdb":     {"encryption", "driver", "cluster", "kernel"},
+	"vni":        {"encryption", "driver", "cluster", "kernel"},
+	"cluster":    {"encryption", "driver", "kernel", "firewall"},
+	"servicelb":  {"encryption", "driver", "cluster", "kernel"},
+	"encryption": {"driver", "cluster", "firewall", "kernel"},
+}
+
+func TestImportRules(t *testing.T) {
+	for pkg, forbidden := range rules {
+		deps := map[string][]string{} // dependency -> path to it
+		walk(t, pkg, []string{pkg}, deps)
+		for _, f := range forbidden {
+			if path, ok := deps[f]; ok {
+				t.Errorf("%s must not depend on %s, but does: %s", pkg, f, strings.Join(path, " -> "))
+			}
+		}
+	}
+}
+
+// walk records every package of this module that pkg imports, directly or
+// not, with one import path leading to it.
+func walk(t *testing.T, pkg string, path []string, deps map[string][]string) {
+	p, err := build.Import(module+pkg, "", 0)
+	if err != nil {
+		t.Fatalf("import %s: %v", pkg, err)
+	}
+	for _, imp := range p.Imports {
+		dep, ok := strings.CutPrefix(imp, module)
+		if !ok {
+			continue
+		}
+		if _, seen := deps[dep]; seen {
+			continue
+		}
+		deps[dep] = append(append([]string(nil), path...), dep)
+		walk(t, dep, deps[dep], deps)
+	}
+}
