@@ -739,8 +739,23 @@ func infos(keys []PublicKey) []PublicKeyInfo {
 	return out
 }
 
-// Status reports the key generations, the hosts in use and the SAs.
+// Status reports the key generations, the hosts in use and the SAs. Every
+// metrics scrape calls it: the kernel is read (SAs, firewall counters)
+// after the encryption mutex is released, so that no Join waits behind a
+// dump (XFRM and Firewall serialise their own requests).
 func (m *Manager) Status() Status {
+	st := m.ownStatus()
+	if states, err := m.xfrm.States(); err == nil {
+		st.States = states
+	}
+	if marked, plain, unprotected, err := m.fw.Counters(); err == nil {
+		st.Firewall = FirewallCounters{Marked: marked, PlaintextDropped: plain, UnprotectedDropped: unprotected}
+	}
+	return st
+}
+
+// ownStatus is the part of Status the manager holds in memory.
+func (m *Manager) ownStatus() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := Status{Own: infos(m.keyring.Public()), Remotes: []RemoteStatus{}, VNIs: slices.Sorted(maps.Keys(m.vnis))}
@@ -766,12 +781,6 @@ func (m *Manager) Status() Status {
 			}
 		}
 		st.Remotes = append(st.Remotes, rs)
-	}
-	if states, err := m.xfrm.States(); err == nil {
-		st.States = states
-	}
-	if marked, plain, unprotected, err := m.fw.Counters(); err == nil {
-		st.Firewall = FirewallCounters{Marked: marked, PlaintextDropped: plain, UnprotectedDropped: unprotected}
 	}
 	return st
 }

@@ -709,3 +709,43 @@ func TestNewPeerOfResumedNodeWaits(t *testing.T) {
 	checkPath(t, a, n)
 	checkPath(t, n, a)
 }
+
+// blockingStates is a kernel whose SA dump hangs until released, as a dump
+// of many SAs on a busy host takes its time.
+type blockingStates struct {
+	*FakeXFRM
+	entered, release chan struct{}
+}
+
+func (b blockingStates) States() ([]StateInfo, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.FakeXFRM.States()
+}
+
+// A metrics scrape (Status) reading the kernel does not hold the
+// encryption mutex: peers are programmed meanwhile.
+func TestStatusDoesNotBlockProgramming(t *testing.T) {
+	x := blockingStates{NewFakeXFRM(), make(chan struct{}), make(chan struct{})}
+	m, err := NewManager(Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: secret,
+		Local: netip.MustParseAddr("198.51.100.1"), Port: 4789, Schedule: testSchedule(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Status)
+	go func() { done <- m.Status() }()
+	<-x.entered
+	programmed := make(chan error)
+	go func() { programmed <- m.AddRemote(netip.MustParseAddr("198.51.100.2")) }()
+	select {
+	case err := <-programmed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AddRemote waited for Status's kernel dump")
+	}
+	close(x.release)
+	<-done
+}
