@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/internal/netlinkutil"
 )
 
 // vxlan returns the sandbox (which the caller must release) and the
@@ -214,7 +215,7 @@ func (n *Netlink) Neighbors(sandboxName string) ([]Neighbor, error) {
 	defer n.release(sb)
 	var out []Neighbor
 	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
-		list, err := sb.h.NeighList(idx, fam)
+		list, err := netlinkutil.Dump(func() ([]netlink.Neigh, error) { return sb.h.NeighList(idx, fam) })
 		if err != nil {
 			return nil, fmt.Errorf("list neighbours in sandbox %q: %w", sandboxName, err)
 		}
@@ -250,7 +251,7 @@ func (n *Netlink) FDB(sandboxName string) ([]FDBEntry, error) {
 
 // listFDB dumps the static entries of the VXLAN device with ifindex idx.
 func (sb *sandbox) listFDB(idx int) ([]FDBEntry, error) {
-	list, err := sb.h.NeighList(idx, unix.AF_BRIDGE)
+	list, err := netlinkutil.Dump(func() ([]netlink.Neigh, error) { return sb.h.NeighList(idx, unix.AF_BRIDGE) })
 	if err != nil {
 		return nil, err
 	}

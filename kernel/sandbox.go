@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/netlinkutil"
 )
 
 // deleteLinks deletes every device in the sandbox except lo: VXLANName
@@ -18,7 +20,7 @@ import (
 // is asynchronous), then the bridge and the veths (which takes their host
 // or container ends with them).
 func (sb *sandbox) deleteLinks() error {
-	links, err := sb.h.LinkList()
+	links, err := netlinkutil.Dump(sb.h.LinkList)
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
@@ -239,7 +241,7 @@ func (n *Netlink) RemoveLeftovers(keep func(sandbox string) bool) error {
 			errs = append(errs, fmt.Errorf("remove leftover sandbox %q: %w", name, err))
 		}
 	}
-	links, err := n.host.LinkList()
+	links, err := netlinkutil.Dump(n.host.LinkList)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("remove leftovers: list host links: %w", err))
 	}
