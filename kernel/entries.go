@@ -18,22 +18,34 @@ import (
 )
 
 // vxlan returns the sandbox (which the caller must release) and the
-// ifindex of its VXLAN device.
-func (n *Netlink) vxlan(sandboxName string) (*sandbox, int, error) {
+// ifindex of its VXLAN device: the cached one, unless fresh. Dumps ask for
+// a fresh one: with a stale index (the device deleted from outside) they
+// would list nothing and no error. Calls that fail forget the cached
+// index (forget), so the next one looks again.
+func (n *Netlink) vxlan(sandboxName string, fresh bool) (*sandbox, int, error) {
 	sb, err := n.sandbox(sandboxName)
 	if err != nil {
 		return nil, 0, err
 	}
-	if idx := sb.vxlanIndex.Load(); idx != 0 {
+	if idx := sb.vxlanIndex.Load(); idx != 0 && !fresh {
 		return sb, int(idx), nil
 	}
 	l, err := sb.h.LinkByName(VXLANName)
 	if err != nil {
 		n.release(sb)
-		return nil, 0, fmt.Errorf("sandbox %q: find %s: %w", sandboxName, VXLANName, err)
+		return nil, 0, fmt.Errorf("sandbox %q: find %s: %w", sandboxName, VXLANName, classify(err))
 	}
 	sb.vxlanIndex.Store(int32(l.Attrs().Index))
 	return sb, l.Attrs().Index, nil
+}
+
+// forget drops the cached VXLAN ifindex idx after a call with it failed
+// with err, unless only the entry was missing (ENOENT; a missing device
+// is ENODEV).
+func (sb *sandbox) forget(idx int, err error) {
+	if !errors.Is(err, unix.ENOENT) {
+		sb.vxlanIndex.CompareAndSwap(int32(idx), 0)
+	}
 }
 
 func family(a netip.Addr) int {
@@ -52,7 +64,7 @@ func (n *Netlink) SetNeighbor(sandboxName string, nb Neighbor) error {
 	if !ip.IsValid() {
 		return fmt.Errorf("set neighbour in sandbox %q: invalid IP", sandboxName)
 	}
-	sb, idx, err := n.vxlan(sandboxName)
+	sb, idx, err := n.vxlan(sandboxName, false)
 	if err != nil {
 		return fmt.Errorf("set neighbour %s: %w", ip, err)
 	}
@@ -65,6 +77,7 @@ func (n *Netlink) SetNeighbor(sandboxName string, nb Neighbor) error {
 		HardwareAddr: nb.MAC.HardwareAddr(),
 	})
 	if err != nil {
+		sb.forget(idx, err)
 		return fmt.Errorf("set neighbour %s lladdr %s in sandbox %q: %w", ip, nb.MAC, sandboxName, err)
 	}
 	return nil
@@ -76,13 +89,14 @@ func (n *Netlink) DeleteNeighbor(sandboxName string, ip netip.Addr) error {
 	if !ip.IsValid() {
 		return fmt.Errorf("delete neighbour in sandbox %q: invalid IP", sandboxName)
 	}
-	sb, idx, err := n.vxlan(sandboxName)
+	sb, idx, err := n.vxlan(sandboxName, false)
 	if err != nil {
 		return fmt.Errorf("delete neighbour %s: %w", ip, err)
 	}
 	defer n.release(sb)
 	err = sb.h.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: family(ip), IP: ipOf(ip)})
 	if err != nil {
+		sb.forget(idx, err)
 		return fmt.Errorf("delete neighbour %s in sandbox %q: %w", ip, sandboxName, classify(err))
 	}
 	return nil
@@ -107,7 +121,7 @@ func (n *Netlink) AddFDB(sandboxName string, e FDBEntry) error {
 	if !vtep.IsValid() || vtep.IsUnspecified() {
 		return fmt.Errorf("add fdb %s in sandbox %q: invalid VTEP %v", e.MAC, sandboxName, e.VTEP)
 	}
-	sb, idx, err := n.vxlan(sandboxName)
+	sb, idx, err := n.vxlan(sandboxName, false)
 	if err != nil {
 		return fmt.Errorf("add fdb %s dst %s: %w", e.MAC, vtep, err)
 	}
@@ -120,6 +134,7 @@ func (n *Netlink) AddFDB(sandboxName string, e FDBEntry) error {
 		err = sb.h.NeighSet(nb)
 	}
 	if err != nil {
+		sb.forget(idx, err)
 		return fmt.Errorf("add fdb %s dst %s in sandbox %q: %w", e.MAC, vtep, sandboxName, err)
 	}
 	return nil
@@ -131,7 +146,7 @@ func (n *Netlink) DeleteFDB(sandboxName string, e FDBEntry) error {
 	if !vtep.IsValid() || vtep.IsUnspecified() {
 		return fmt.Errorf("delete fdb %s in sandbox %q: invalid VTEP %v", e.MAC, sandboxName, e.VTEP)
 	}
-	sb, idx, err := n.vxlan(sandboxName)
+	sb, idx, err := n.vxlan(sandboxName, false)
 	if err != nil {
 		return fmt.Errorf("delete fdb %s dst %s: %w", e.MAC, vtep, err)
 	}
@@ -140,12 +155,14 @@ func (n *Netlink) DeleteFDB(sandboxName string, e FDBEntry) error {
 	// nothing, when MAC exists with other destinations only; look first.
 	found, err := sb.hasFDB(idx, e.MAC, vtep)
 	if err != nil {
+		sb.forget(idx, err)
 		return fmt.Errorf("delete fdb %s dst %s in sandbox %q: %w", e.MAC, vtep, sandboxName, err)
 	}
 	if !found {
 		return fmt.Errorf("delete fdb %s dst %s in sandbox %q: %w", e.MAC, vtep, sandboxName, ErrNotFound)
 	}
 	if err := sb.h.NeighDel(fdbNeigh(idx, e, vtep)); err != nil {
+		sb.forget(idx, err)
 		return fmt.Errorf("delete fdb %s dst %s in sandbox %q: %w", e.MAC, vtep, sandboxName, classify(err))
 	}
 	return nil
@@ -196,19 +213,45 @@ func (sb *sandbox) hasFDB(idx int, mac hwaddr.MAC, vtep netip.Addr) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return slices.Contains(entries, FDBEntry{MAC: mac, VTEP: vtep}), nil
+	return slices.ContainsFunc(entries, func(e FDBEntry) bool { return e.MAC == mac && e.VTEP == vtep }), nil
 }
 
-// permanent reports a static entry we could have made: permanent and not
-// a NOARP (kernel-made, e.g. multicast) or proxy entry.
-func permanent(nb *netlink.Neigh) bool {
-	return nb.State&netlink.NUD_PERMANENT != 0 && nb.State&netlink.NUD_NOARP == 0 &&
-		nb.Flags&netlink.NTF_PROXY == 0
+// neighborOf converts a neighbour message about the device idx into a
+// Neighbor; ok is false for other devices, proxy entries and, unless
+// deleted, entries without a MAC (incomplete or failed ones: never ours).
+// The kernel may announce a deletion without the MAC.
+func neighborOf(nb *netlink.Neigh, idx int, deleted bool) (_ Neighbor, ok bool) {
+	if nb.LinkIndex != idx || nb.Flags&netlink.NTF_PROXY != 0 {
+		return Neighbor{}, false
+	}
+	ip, ok := netip.AddrFromSlice(nb.IP)
+	mac, okMAC := hwaddr.FromHardwareAddr(nb.HardwareAddr)
+	if !ok || !okMAC && !deleted {
+		return Neighbor{}, false
+	}
+	return Neighbor{IP: ip.Unmap(), MAC: mac, NotPermanent: nb.State&netlink.NUD_PERMANENT == 0}, true
+}
+
+// fdbOf converts an AF_BRIDGE neighbour message about the device idx into
+// an FDBEntry. The VXLAN driver's own entries carry NTF_SELF; the bridge's
+// view of the port (NTF_MASTER) and entries without a remote are not
+// ours. NOARP ("static") entries are, as `bridge fdb add ... self static`
+// makes them: they steer traffic as well as ours.
+func fdbOf(nb *netlink.Neigh, idx int) (_ FDBEntry, ok bool) {
+	if nb.LinkIndex != idx || nb.Flags&netlink.NTF_SELF == 0 || nb.Flags&netlink.NTF_MASTER != 0 || nb.IP == nil {
+		return FDBEntry{}, false
+	}
+	vtep, ok := netip.AddrFromSlice(nb.IP)
+	mac, okMAC := hwaddr.FromHardwareAddr(nb.HardwareAddr)
+	if !ok || !okMAC {
+		return FDBEntry{}, false
+	}
+	return FDBEntry{MAC: mac, VTEP: vtep.Unmap(), NotPermanent: nb.State&netlink.NUD_PERMANENT == 0}, true
 }
 
 // Neighbors implements Kernel.
 func (n *Netlink) Neighbors(sandboxName string) ([]Neighbor, error) {
-	sb, idx, err := n.vxlan(sandboxName)
+	sb, idx, err := n.vxlan(sandboxName, true)
 	if err != nil {
 		return nil, fmt.Errorf("list neighbours: %w", err)
 	}
@@ -220,16 +263,9 @@ func (n *Netlink) Neighbors(sandboxName string) ([]Neighbor, error) {
 			return nil, fmt.Errorf("list neighbours in sandbox %q: %w", sandboxName, err)
 		}
 		for i := range list {
-			nb := &list[i]
-			if nb.LinkIndex != idx || !permanent(nb) {
-				continue
+			if nb, ok := neighborOf(&list[i], idx, false); ok {
+				out = append(out, nb)
 			}
-			ip, ok := netip.AddrFromSlice(nb.IP)
-			mac, okMAC := hwaddr.FromHardwareAddr(nb.HardwareAddr)
-			if !ok || !okMAC {
-				continue
-			}
-			out = append(out, Neighbor{IP: ip.Unmap(), MAC: mac})
 		}
 	}
 	return out, nil
@@ -237,7 +273,7 @@ func (n *Netlink) Neighbors(sandboxName string) ([]Neighbor, error) {
 
 // FDB implements Kernel.
 func (n *Netlink) FDB(sandboxName string) ([]FDBEntry, error) {
-	sb, idx, err := n.vxlan(sandboxName)
+	sb, idx, err := n.vxlan(sandboxName, true)
 	if err != nil {
 		return nil, fmt.Errorf("list fdb: %w", err)
 	}
@@ -249,7 +285,7 @@ func (n *Netlink) FDB(sandboxName string) ([]FDBEntry, error) {
 	return out, nil
 }
 
-// listFDB dumps the static entries of the VXLAN device with ifindex idx.
+// listFDB dumps the entries of the VXLAN device with ifindex idx.
 func (sb *sandbox) listFDB(idx int) ([]FDBEntry, error) {
 	list, err := netlinkutil.Dump(func() ([]netlink.Neigh, error) { return sb.h.NeighList(idx, unix.AF_BRIDGE) })
 	if err != nil {
@@ -257,19 +293,9 @@ func (sb *sandbox) listFDB(idx int) ([]FDBEntry, error) {
 	}
 	var out []FDBEntry
 	for i := range list {
-		nb := &list[i]
-		// The VXLAN driver's own entries carry NTF_SELF; the bridge's view of
-		// the port (NTF_MASTER) and entries without a remote are not ours.
-		if nb.LinkIndex != idx || nb.Flags&netlink.NTF_SELF == 0 || nb.Flags&netlink.NTF_MASTER != 0 ||
-			!permanent(nb) || nb.IP == nil {
-			continue
+		if e, ok := fdbOf(&list[i], idx); ok {
+			out = append(out, e)
 		}
-		vtep, ok := netip.AddrFromSlice(nb.IP)
-		mac, okMAC := hwaddr.FromHardwareAddr(nb.HardwareAddr)
-		if !ok || !okMAC {
-			continue
-		}
-		out = append(out, FDBEntry{MAC: mac, VTEP: vtep.Unmap()})
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -80,21 +81,29 @@ func attrs(name string, mtu int) netlink.LinkAttrs {
 	return a
 }
 
-// CreateSandbox implements Kernel.
-func (n *Netlink) CreateSandbox(spec SandboxSpec) (retErr error) {
+// checkSpec validates spec and returns its local address, unmapped.
+func checkSpec(spec SandboxSpec) (netip.Addr, error) {
 	if err := checkName(spec.Name); err != nil {
-		return fmt.Errorf("create sandbox: %w", err)
+		return netip.Addr{}, err
 	}
 	if spec.VNI == 0 || spec.VNI >= 1<<24 {
-		return fmt.Errorf("create sandbox %q: VNI %d out of range 1..16777215", spec.Name, spec.VNI)
+		return netip.Addr{}, fmt.Errorf("sandbox %q: VNI %d out of range 1..16777215", spec.Name, spec.VNI)
 	}
 	if spec.Port == 0 {
-		return fmt.Errorf("create sandbox %q: UDP port must be set", spec.Name)
+		return netip.Addr{}, fmt.Errorf("sandbox %q: UDP port must be set", spec.Name)
 	}
 	if !spec.Local.IsValid() || spec.Local.IsUnspecified() {
-		return fmt.Errorf("create sandbox %q: invalid local VTEP address %v", spec.Name, spec.Local)
+		return netip.Addr{}, fmt.Errorf("sandbox %q: invalid local VTEP address %v", spec.Name, spec.Local)
 	}
-	local := spec.Local.Unmap()
+	return spec.Local.Unmap(), nil
+}
+
+// CreateSandbox implements Kernel.
+func (n *Netlink) CreateSandbox(spec SandboxSpec) (retErr error) {
+	local, err := checkSpec(spec)
+	if err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
 
 	path := n.path(spec.Name)
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
@@ -109,26 +118,19 @@ func (n *Netlink) CreateSandbox(spec SandboxSpec) (retErr error) {
 	n.uncache(spec.Name)
 
 	var sb *sandbox
-	var tmpVXLAN netlink.Link // set while the VXLAN device is in the host namespace
 	defer func() {
 		if retErr == nil {
 			return
 		}
-		var errs []error
-		if tmpVXLAN != nil {
-			if err := n.host.LinkDel(tmpVXLAN); err != nil && !isNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete %s: %w", tmpVXLAN.Attrs().Name, err))
-			}
-		}
 		if err := n.destroy(spec.Name, sb); err != nil {
-			errs = append(errs, err)
-		}
-		if len(errs) > 0 {
-			retErr = fmt.Errorf("%w (cleanup failed too: %w)", retErr, errors.Join(errs...))
+			retErr = fmt.Errorf("%w (cleanup failed too: %w)", retErr, err)
 		}
 	}()
 	fail := func(what string, err error) error {
-		return fmt.Errorf("create sandbox %q: %s: %w", spec.Name, what, classifyExists(err))
+		if what != "" {
+			err = fmt.Errorf("%s: %w", what, err)
+		}
+		return fmt.Errorf("create sandbox %q: %w", spec.Name, classifyExists(err))
 	}
 
 	if err := newNamespace(path); err != nil {
@@ -146,15 +148,35 @@ func (n *Netlink) CreateSandbox(spec SandboxSpec) (retErr error) {
 	if err := sb.h.LinkSetUp(lo); err != nil {
 		return fail("set lo up", err)
 	}
+	br, err := sb.addBridge(spec.MTU)
+	if err != nil {
+		return fail("", err)
+	}
+	if err := n.addVXLAN(sb, spec, local, br.Attrs().Index); err != nil {
+		return fail("", err)
+	}
+	n.insert(spec.Name, sb, 1)
+	return nil
+}
 
-	br := &netlink.Bridge{LinkAttrs: attrs(BridgeName, spec.MTU)}
+// addBridge creates BridgeName in the sandbox and sets it up.
+func (sb *sandbox) addBridge(mtu int) (netlink.Link, error) {
+	br := &netlink.Bridge{LinkAttrs: attrs(BridgeName, mtu)}
 	if err := sb.h.LinkAdd(br); err != nil {
-		return fail(fmt.Sprintf("create bridge %s (MTU %d)", BridgeName, spec.MTU), err)
+		return nil, fmt.Errorf("create bridge %s (MTU %d): %w", BridgeName, mtu, err)
 	}
 	if err := sb.h.LinkSetUp(br); err != nil {
-		return fail("set "+BridgeName+" up", err)
+		return nil, fmt.Errorf("set %s up: %w", BridgeName, err)
 	}
+	return br, nil
+}
 
+// addVXLAN creates VXLANName in the host namespace, so that its UDP socket
+// stays there, moves it into the sandbox, enslaves it to the bridge with
+// ifindex brIndex and sets it up. A device still in the host namespace
+// when a step fails is deleted; one in the sandbox under its temporary
+// name is left for destroy or RepairSandbox.
+func (n *Netlink) addVXLAN(sb *sandbox, spec SandboxSpec, local netip.Addr, brIndex int) (retErr error) {
 	tmpName := fmt.Sprintf("%s%06x%05x", HostVXLANPrefix, spec.VNI, n.seq.Add(1)&0xfffff)
 	vx := &netlink.Vxlan{
 		LinkAttrs: attrs(tmpName, spec.MTU),
@@ -165,31 +187,163 @@ func (n *Netlink) CreateSandbox(spec SandboxSpec) (retErr error) {
 		Proxy:     true,
 	}
 	if err := n.host.LinkAdd(vx); err != nil {
-		return fail(fmt.Sprintf("create VXLAN device %s (VNI %d, port %d, local %s, MTU %d) in host namespace",
-			tmpName, spec.VNI, spec.Port, local, spec.MTU), err)
+		return fmt.Errorf("create VXLAN device %s (VNI %d, port %d, local %s, MTU %d) in host namespace: %w",
+			tmpName, spec.VNI, spec.Port, local, spec.MTU, err)
 	}
-	tmpVXLAN = vx
 	if err := n.host.LinkSetNsFd(vx, sb.fd); err != nil {
-		return fail("move "+tmpName+" into sandbox namespace", err)
+		if derr := n.host.LinkDel(vx); derr != nil && !isNotFound(derr) {
+			err = fmt.Errorf("%w (cleanup failed too: delete %s: %w)", err, tmpName, derr)
+		}
+		return fmt.Errorf("move %s into sandbox namespace: %w", tmpName, err)
 	}
-	tmpVXLAN = nil // now in the sandbox: destroy removes it
-
 	moved, err := sb.h.LinkByName(tmpName)
 	if err != nil {
-		return fail("find "+tmpName+" in sandbox", err)
+		return fmt.Errorf("find %s in sandbox: %w", tmpName, err)
 	}
 	if err := sb.h.LinkSetName(moved, VXLANName); err != nil {
-		return fail("rename "+tmpName+" to "+VXLANName, err)
+		return fmt.Errorf("rename %s to %s: %w", tmpName, VXLANName, err)
 	}
-	if err := sb.h.LinkSetMasterByIndex(moved, br.Attrs().Index); err != nil {
-		return fail("enslave "+VXLANName+" to "+BridgeName, err)
+	if err := sb.h.LinkSetMasterByIndex(moved, brIndex); err != nil {
+		return fmt.Errorf("enslave %s to %s: %w", VXLANName, BridgeName, err)
 	}
 	if err := sb.h.LinkSetUp(moved); err != nil {
-		return fail("set "+VXLANName+" up", err)
+		return fmt.Errorf("set %s up: %w", VXLANName, err)
 	}
 	sb.vxlanIndex.Store(int32(moved.Attrs().Index))
-	n.insert(spec.Name, sb, 1)
 	return nil
+}
+
+// CheckSandbox implements Kernel.
+func (n *Netlink) CheckSandbox(name string) error {
+	sb, err := n.sandbox(name)
+	if errors.Is(err, errNotNetns) {
+		return fmt.Errorf("sandbox %q: its namespace is gone (%w): %w", name, err, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	n.release(sb)
+	return nil
+}
+
+// RepairSandbox implements Kernel.
+func (n *Netlink) RepairSandbox(spec SandboxSpec) (repairs []Repair, retErr error) {
+	local, err := checkSpec(spec)
+	if err != nil {
+		return nil, fmt.Errorf("repair sandbox: %w", err)
+	}
+	if err := n.CheckSandbox(spec.Name); err != nil {
+		return nil, fmt.Errorf("repair sandbox: %w", err)
+	}
+	sb, err := n.sandbox(spec.Name)
+	if err != nil {
+		return nil, fmt.Errorf("repair sandbox: %w", err)
+	}
+	defer n.release(sb)
+	defer func() {
+		if retErr != nil {
+			retErr = fmt.Errorf("repair sandbox %q: %w", spec.Name, retErr)
+		}
+	}()
+	links, err := netlinkutil.Dump(sb.h.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var br, vx netlink.Link
+	var veths []netlink.Link
+	for _, l := range links {
+		switch name := l.Attrs().Name; {
+		case name == BridgeName && l.Type() == "bridge":
+			br = l
+		case name == VXLANName:
+			vx = l
+		case strings.HasPrefix(name, HostVXLANPrefix):
+			// Half moved in by an earlier repair that failed: its VNI and
+			// port would block the new device.
+			if err := sb.h.LinkDel(l); err != nil && !isNotFound(err) {
+				return repairs, fmt.Errorf("delete leftover %s: %w", name, err)
+			}
+		case l.Type() == "veth":
+			veths = append(veths, l)
+		}
+	}
+	fix := func(l netlink.Link, problem string, do func(netlink.Link) error) error {
+		if err := do(l); err != nil {
+			return fmt.Errorf("%s %s: %w", l.Attrs().Name, problem, err)
+		}
+		repairs = append(repairs, Repair{Device: l.Attrs().Name, Problem: problem})
+		return nil
+	}
+	if br == nil {
+		if br, err = sb.addBridge(spec.MTU); err != nil {
+			return repairs, err
+		}
+		repairs = append(repairs, Repair{Device: BridgeName, Problem: "missing", Rebuilt: true})
+	} else if br.Attrs().Flags&net.FlagUp == 0 {
+		if err := fix(br, "down", sb.h.LinkSetUp); err != nil {
+			return repairs, err
+		}
+	}
+	brIndex := br.Attrs().Index
+	enslave := func(l netlink.Link) error { return sb.h.LinkSetMasterByIndex(l, brIndex) }
+	// The containers' ends stay; a new bridge needs them back.
+	for _, v := range veths {
+		if v.Attrs().MasterIndex != brIndex {
+			if err := fix(v, "not on the bridge", enslave); err != nil {
+				return repairs, err
+			}
+		}
+	}
+	if vx != nil {
+		if problem := vxlanMismatch(vx, spec, local); problem != "" {
+			if err := sb.h.LinkDel(vx); err != nil && !isNotFound(err) {
+				return repairs, fmt.Errorf("delete %s (%s): %w", VXLANName, problem, err)
+			}
+			sb.vxlanIndex.Store(0)
+			if err := n.addVXLAN(sb, spec, local, brIndex); err != nil {
+				return repairs, err
+			}
+			return append(repairs, Repair{Device: VXLANName, Problem: problem, Rebuilt: true}), nil
+		}
+		if vx.Attrs().MasterIndex != brIndex {
+			if err := fix(vx, "not on the bridge", enslave); err != nil {
+				return repairs, err
+			}
+		}
+		if vx.Attrs().Flags&net.FlagUp == 0 {
+			if err := fix(vx, "down", sb.h.LinkSetUp); err != nil {
+				return repairs, err
+			}
+		}
+		sb.vxlanIndex.Store(int32(vx.Attrs().Index))
+		return repairs, nil
+	}
+	sb.vxlanIndex.Store(0)
+	if err := n.addVXLAN(sb, spec, local, brIndex); err != nil {
+		return repairs, err
+	}
+	return append(repairs, Repair{Device: VXLANName, Problem: "missing", Rebuilt: true}), nil
+}
+
+// vxlanMismatch says how l differs from the VXLAN device CreateSandbox
+// makes for spec, or "" when it does not.
+func vxlanMismatch(l netlink.Link, spec SandboxSpec, local netip.Addr) string {
+	vx, ok := l.(*netlink.Vxlan)
+	if !ok {
+		return "a " + l.Type() + ", not a vxlan device"
+	}
+	src, _ := netip.AddrFromSlice(vx.SrcAddr)
+	switch {
+	case vx.VxlanId != int(spec.VNI):
+		return fmt.Sprintf("VNI %d, not %d", vx.VxlanId, spec.VNI)
+	case vx.Port != int(spec.Port):
+		return fmt.Sprintf("port %d, not %d", vx.Port, spec.Port)
+	case src.Unmap() != local:
+		return fmt.Sprintf("local %s, not %s", src.Unmap(), local)
+	case vx.Learning || !vx.Proxy:
+		return fmt.Sprintf("learning %v and proxy %v, not off and on", vx.Learning, vx.Proxy)
+	}
+	return ""
 }
 
 // DeleteSandbox implements Kernel.
