@@ -2,6 +2,7 @@ package driver
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
@@ -39,6 +40,12 @@ type ControlPlane interface {
 // then, are announced to it.
 func (d *Driver) SetControlPlane(cp ControlPlane) {
 	d.cp.Store(&cp)
+	// It re-delivers the remote endpoints within about a second; then
+	// the adopted sandboxes lose the entries nobody wants any more.
+	time.AfterFunc(peerSettle, func() {
+		d.settle()
+		d.kickAll()
+	})
 	d.mu.Lock()
 	nodes := make([]netip.Addr, 0, len(d.nodes))
 	for a := range d.nodes {

@@ -9,6 +9,10 @@
 //	network.mu  →  lbSandboxes.mu
 //	network.mu  →  refusals.mu
 //
+// Each network's reconciler (reconcile.go, run.go) is a goroutine that
+// takes its network's mu like any call; the fast path and the reconciler
+// never interleave.
+//
 // Driver.mu guards only the network table and is the bottom lock: nothing is
 // locked while it is held and no kernel call is made under it.
 // lbSandboxes.mu (the containers' service VIP tables, services.go) is taken
@@ -86,7 +90,10 @@ type Config struct {
 	// the SandboxKeys Docker passes) is mounted here; empty: SandboxKeys
 	// are used as they are.
 	SandboxDir string
-	Logger     *slog.Logger
+	// ResyncPeriod is how often Run reconciles every network in full;
+	// 0: DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+	Logger       *slog.Logger
 }
 
 // Encryption is the IPsec side of encrypted networks (encryption.Manager).
@@ -136,7 +143,19 @@ type Driver struct {
 	// operator (refusals.go).
 	refused refusals
 
-	// mu guards networks, vtep, discovered and nodes. Bottom of the lock order:
+	// resyncPeriod is Run's period; repairs counts the reconcilers'
+	// repairs (atomic); settled is closed once the remote endpoints are
+	// taken as known (run.go, settle).
+	resyncPeriod time.Duration
+	repairs      repairCounters
+	settled      chan struct{}
+	settleOnce   sync.Once
+	// loops counts the networks' reconciler goroutines; Add is called
+	// under mu while runCtx is set, Wait after Run cleared it.
+	loops sync.WaitGroup
+
+	// mu guards networks, vtep, discovered, nodes, runCtx and every
+	// network's looping flag. Bottom of the lock order:
 	// hold nothing else's lock while taking it and call nothing while
 	// holding it.
 	mu       sync.Mutex
@@ -150,6 +169,9 @@ type Driver struct {
 	selfKnown  chan struct{}
 	// nodes are the other swarm nodes Docker reported.
 	nodes map[netip.Addr]bool
+	// runCtx is Run's context while it runs (new networks start their
+	// loop with it), else nil.
+	runCtx context.Context
 }
 
 // New returns a driver with the networks and endpoints of the previous run
@@ -183,6 +205,12 @@ func New(cfg Config) (*Driver, error) {
 		nodes:      map[netip.Addr]bool{},
 		vtepSet:    make(chan struct{}),
 		selfKnown:  make(chan struct{}),
+		settled:    make(chan struct{}),
+
+		resyncPeriod: cfg.ResyncPeriod,
+	}
+	if d.resyncPeriod <= 0 {
+		d.resyncPeriod = DefaultResyncPeriod
 	}
 	if cfg.AdvertiseAddr.IsValid() {
 		d.SetVTEP(cfg.AdvertiseAddr)
@@ -199,6 +227,16 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Encryption != nil {
 		d.SetEncryption(cfg.Encryption)
+	}
+	// Before serving: rebuild what broke in the adopted sandboxes while
+	// the plugin was down. What fails is retried by Run.
+	for _, id := range d.networkIDs() {
+		if n := d.lockNetwork(id); n != nil {
+			if _, err := d.reconcile(n, false); err != nil {
+				d.log.Warn("reconcile at start", "network", n.id, "err", err)
+			}
+			n.mu.Unlock()
+		}
 	}
 	return d, nil
 }
@@ -218,7 +256,7 @@ func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
 	for _, r := range nets {
 		n := &network{id: r.ID, vni: r.VNI, subnets: r.Subnets, endpoints: map[string]*endpoint{},
 			opts: netOptions{vni: r.VNI, mtu: r.MTUOption, encrypted: r.Encrypted, flood: r.Flood},
-			fdb:  map[netip.Addr]countmap.Map[hwaddr.MAC]{}}
+			fdb:  map[netip.Addr]countmap.Map[hwaddr.MAC]{}, kick: make(chan struct{}, 1), gone: make(chan struct{})}
 		joined := 0
 		for _, e := range eps[r.ID] {
 			if e.Joined {
@@ -228,14 +266,15 @@ func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
 		adopt := joined > 0 && (!r.Encrypted || resumeEncrypted) && r.SandboxMTU > 0 && slices.Contains(present, r.ID)
 		if adopt {
 			// A mount point whose namespace died with the previous run's
-			// mount namespace is listed too: adopt only a live one.
-			if _, err := d.kernel.Neighbors(r.ID); err != nil {
+			// mount namespace is listed too: adopt only a live one. Its
+			// devices do not matter: the reconciler rebuilds them.
+			if err := d.kernel.CheckSandbox(r.ID); err != nil {
 				d.log.Info("sandbox of the previous run is gone", "network", r.ID, "err", err)
 				adopt = false
 			}
 		}
 		if adopt {
-			n.sandbox, n.mtu = r.ID, r.SandboxMTU
+			n.sandbox, n.mtu, n.adopted = r.ID, r.SandboxMTU, true
 			adopted[r.ID] = true
 		}
 		for _, e := range eps[r.ID] {
@@ -339,6 +378,10 @@ func (d *Driver) SetVTEP(a netip.Addr) {
 	}
 	d.vtep = a.Unmap()
 	close(d.vtepSet)
+	// Sandboxes' devices can be repaired from now on.
+	for _, n := range d.networks {
+		n.kickLoop()
+	}
 }
 
 // AdvertiseAddr chooses this host's address: Docker's word for this node
@@ -391,7 +434,10 @@ func (d *Driver) settleAdopted(n *network, e Encryption) {
 	}
 	if err == nil {
 		n.guarded = true
-		d.replayPeers(n)
+		if _, err := d.reconcile(n, false); err != nil {
+			d.log.Warn("programming the peers of an adopted encrypted sandbox", "network", n.id, "err", err)
+			n.kickLoop()
+		}
 		d.log.Info("adopted encrypted sandbox guarded again", "network", n.id, "vni", n.vni)
 		return
 	}
@@ -419,11 +465,7 @@ func (d *Driver) Close() {
 		if n == nil {
 			continue
 		}
-		d.mu.Lock()
-		if d.networks[id] == n {
-			delete(d.networks, id)
-		}
-		d.mu.Unlock()
+		d.removeNetwork(n)
 		n.mu.Unlock()
 	}
 }
@@ -437,6 +479,17 @@ func (d *Driver) refuseUnencryptable(id string) error {
 		d.log.Error("refused an encrypted network: its tasks fail on this host", "network", id, "err", err)
 	}
 	return err
+}
+
+// removeNetwork takes n out of the table if it is still there, and ends
+// its loop. Caller holds n.mu.
+func (d *Driver) removeNetwork(n *network) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.networks[n.id] == n {
+		delete(d.networks, n.id)
+		close(n.gone)
+	}
 }
 
 // encryptionReady says why encrypted networks cannot be served here.

@@ -150,6 +150,11 @@ func (d *Driver) Join(req *api.JoinRequest) (*api.JoinResponse, error) {
 	if err := d.ensureSandbox(n); err != nil {
 		return nil, err
 	}
+	if !created {
+		if err := d.repairForJoin(n); err != nil {
+			return nil, fmt.Errorf("join endpoint %s: the sandbox of network %s is broken and could not be repaired: %w", ep.id, n.id, err)
+		}
+	}
 	veth := vethFor(ep.id, ep.mac, n.mtu)
 	if err := d.kernel.AddVeth(n.sandbox, veth); err != nil {
 		if created {

@@ -60,6 +60,18 @@ type network struct {
 	// svcEndpoints the endpoints of their tasks (services.go).
 	services     []Service
 	svcEndpoints map[string]bool
+	// adopted: the sandbox is the previous run's and the remote
+	// endpoints are not settled yet (see reconcile). reconcileErr is the
+	// outcome of the last reconcile, for State.
+	adopted      bool
+	reconcileErr error
+
+	// kick (capacity 1) asks the network's reconciler loop for a pass;
+	// gone is closed when the network leaves the table (removeNetwork).
+	// Both are set at creation and never change.
+	kick, gone chan struct{}
+	// looping: a loop runs for this network. Guarded by Driver.mu.
+	looping bool
 }
 
 func (d *Driver) GetCapabilities() (*api.CapabilitiesResponse, error) {
@@ -147,6 +159,8 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		subnets:   subnets,
 		endpoints: map[string]*endpoint{},
 		fdb:       map[netip.Addr]countmap.Map[hwaddr.MAC]{},
+		kick:      make(chan struct{}, 1),
+		gone:      make(chan struct{}),
 	}
 	// n is locked before it is published, so nobody sees it before it is
 	// stored, and a failed store takes it out again. Holding n.mu while
@@ -179,6 +193,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		return err
 	}
 	d.refused.forget(n.id)
+	d.startLoop(n)
 	if cp := d.controlPlane(); cp != nil {
 		cp.NetworkAdded(n.id)
 	}
@@ -200,11 +215,9 @@ func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
 	if err := d.store.deleteNetwork(n.id); err != nil {
 		d.log.Warn("forget stored network", "network", n.id, "err", err)
 	}
-	d.mu.Lock()
 	// Still the instance we locked: lockNetwork guarantees it, and only a
 	// holder of n.mu removes n.
-	delete(d.networks, n.id)
-	d.mu.Unlock()
+	d.removeNetwork(n)
 	d.refused.forget(n.id)
 	if cp := d.controlPlane(); cp != nil {
 		cp.NetworkRemoved(n.id)
@@ -221,11 +234,7 @@ func (d *Driver) persistNewNetwork(n *network) error {
 	if err == nil {
 		return nil
 	}
-	d.mu.Lock()
-	if d.networks[n.id] == n {
-		delete(d.networks, n.id)
-	}
-	d.mu.Unlock()
+	d.removeNetwork(n)
 	return fmt.Errorf("network %s: %w", n.id, err)
 }
 
@@ -280,7 +289,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 		}
 		return fmt.Errorf("create sandbox for network %s: %w", n.id, err)
 	}
-	n.sandbox, n.mtu = n.id, mtu
+	n.sandbox, n.mtu, n.adopted = n.id, mtu, false
 	clear(n.fdb)
 	if err := d.store.putNetwork(n); err != nil {
 		d.log.Warn("persist network", "network", n.id, "err", err)
@@ -288,7 +297,12 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if cp := d.controlPlane(); cp != nil {
 		d.syncRemotePeers(n, cp.Snapshot(n.id))
 	}
-	d.replayPeers(n)
+	// Programming every peer is a reconcile of the empty sandbox; its
+	// loop then watches the sandbox.
+	if _, err := d.reconcile(n, true); err != nil {
+		d.log.Warn("programming the peers into the new sandbox", "network", n.id, "err", err)
+	}
+	n.kickLoop()
 	d.log.Info("created sandbox", "network", n.id, "vni", n.vni, "vtep", local, "mtu", mtu)
 	return nil
 }
@@ -327,26 +341,14 @@ func (d *Driver) teardownSandbox(n *network) error {
 			d.log.Warn("remove firewall rules", "network", n.id, "err", err)
 		}
 	}
-	n.sandbox, n.joined, n.mtu, n.guarded = "", 0, 0, false
+	n.sandbox, n.joined, n.mtu, n.guarded, n.adopted, n.reconcileErr = "", 0, 0, false, false, nil
 	clear(n.fdb)
+	n.kickLoop() // to stop watching it
 	if err := d.store.putNetwork(n); err != nil {
 		d.log.Warn("persist network", "network", n.id, "err", err)
 	}
 	d.log.Info("removed sandbox", "network", n.id)
 	return nil
-}
-
-// replayPeers programs every binding the peer db holds into a sandbox that
-// could not take them until now (new, or adopted and guarded again).
-// Caller holds n.mu.
-func (d *Driver) replayPeers(n *network) {
-	var errs []error
-	for ip, b := range n.peers.Bindings() {
-		errs = append(errs, d.program(n, peerdb.Change{IP: ip, New: &b}))
-	}
-	if err := errors.Join(errs...); err != nil {
-		d.log.Warn("replaying peers into the sandbox", "network", n.id, "err", err)
-	}
 }
 
 // apply programs a batch of ownership changes. Caller holds n.mu.
@@ -358,7 +360,9 @@ func (d *Driver) apply(n *network, changes []peerdb.Change) error {
 	return errors.Join(errs...)
 }
 
-// program turns one ownership change into neighbour and FDB updates. Local
+// program turns one ownership change into neighbour and FDB updates: the
+// fast path, one change at a time with no kernel dump; a failure kicks
+// the reconciler (reconcile.go), which compares the whole. Local
 // owners need no entry: the bridge reaches them directly. The FDB entry of
 // a (VTEP, MAC) is added with its first binding and removed with its last.
 // The peer db is updated whether or not the kernel accepted the change, so
@@ -426,6 +430,7 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		n.kickLoop() // the reconciler repairs what failed
 		return fmt.Errorf("program %s in network %s: %w", c.IP, n.id, err)
 	}
 	return nil

@@ -41,7 +41,9 @@ type EndpointState struct {
 type KernelState struct {
 	Neighbors []kernel.Neighbor `json:"neighbors"`
 	FDB       []kernel.FDBEntry `json:"fdb"`
-	Error     string            `json:"error,omitempty"`
+	// Error is why the kernel could not be read, or the last reconcile
+	// failed (a device that cannot be rebuilt, say).
+	Error string `json:"error,omitempty"`
 }
 
 // State returns copies of every network, and of every network this host
@@ -89,6 +91,9 @@ func (d *Driver) networkState(n *network) NetworkState {
 		}
 		if ks.FDB, err = d.kernel.FDB(n.sandbox); err != nil {
 			ks.Error = err.Error()
+		}
+		if ks.Error == "" && n.reconcileErr != nil {
+			ks.Error = n.reconcileErr.Error()
 		}
 		slices.SortFunc(ks.Neighbors, func(a, b kernel.Neighbor) int { return a.IP.Compare(b.IP) })
 		slices.SortFunc(ks.FDB, func(a, b kernel.FDBEntry) int {

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	api "github.com/docker/go-plugins-helpers/network"
 
@@ -76,11 +78,25 @@ func (x *exclusiveKernel) DeleteFDB(sb string, e kernel.FDBEntry) error {
 	defer x.enter(sb)()
 	return x.Kernel.DeleteFDB(sb, e)
 }
+func (x *exclusiveKernel) RepairSandbox(s kernel.SandboxSpec) ([]kernel.Repair, error) {
+	defer x.enter(s.Name)()
+	return x.Kernel.RepairSandbox(s)
+}
+func (x *exclusiveKernel) Neighbors(sb string) ([]kernel.Neighbor, error) {
+	defer x.enter(sb)()
+	return x.Kernel.Neighbors(sb)
+}
+func (x *exclusiveKernel) FDB(sb string) ([]kernel.FDBEntry, error) {
+	defer x.enter(sb)()
+	return x.Kernel.FDB(sb)
+}
 
 // TestConcurrentOperationsKeepInvariants runs random driver operations from
 // many goroutines over a few network ids, so creates, deletes, joins and
-// peer updates of the same network race each other, then checks that the
-// kernel holds exactly what the surviving objects imply.
+// peer updates of the same network race each other and the reconcilers
+// (Run, with a short period, and drift from outside that they repair),
+// then checks that the kernel holds exactly what the surviving objects
+// imply.
 func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 	const (
 		workers  = 16
@@ -98,6 +114,10 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 	d := newTestDriver(t, k)
 	fe := newFakeEncryption()
 	d.SetEncryption(fe)
+	d.resyncPeriod = 5 * time.Millisecond
+	ctx, stopRun := context.WithCancel(context.Background())
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); d.Run(ctx) }()
 
 	nid := func(r *rand.Rand) string { return fmt.Sprintf("net%d", r.IntN(networks)) }
 	vniOf := func(id string) uint32 { return 300 + uint32(id[3]-'0') }
@@ -108,7 +128,7 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 			for range ops {
 				n := nid(r)
 				eid := fmt.Sprintf("ep%d", r.IntN(locals))
-				switch r.IntN(10) {
+				switch r.IntN(11) {
 				case 0:
 					req := createNetReq(n, vniOf(n))
 					switch n {
@@ -143,13 +163,32 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 					_ = d.DeletePeer(n, fmt.Sprintf("rem%d", r.IntN(remotes)))
 				case 9:
 					_ = d.State()
+				case 10:
+					// Someone else changes the sandbox, not under its lock.
+					switch r.IntN(3) {
+					case 0:
+						_ = fake.BreakDevice(n, kernel.VXLANName)
+					case 1:
+						_ = fake.BreakDevice(n, kernel.BridgeName)
+					default:
+						_ = fake.DeleteNeighbor(n, netip.AddrFrom4([4]byte{10, 1, 0, byte(10 + r.IntN(12))}))
+					}
 				}
 			}
 		})
 	}
 	wg.Wait()
+	stopRun()
+	<-runDone
+	if _, _, err := d.Resync(); err != nil { // the drift since the last pass
+		t.Fatalf("resync: %v", err)
+	}
 	checkInvariants(t, d, fake)
+	checkHealthy(t, fake)
 	checkEncryptionRefs(t, d, fe)
+	if r := d.Repairs(); r[RepairDeviceRebuilt] == 0 {
+		t.Errorf("the reconcilers repaired no device during the run: %v", r)
+	}
 	// Guard against a vacuous run: the races must have done real work.
 	for _, op := range []fakekernel.Op{fakekernel.OpCreateSandbox, fakekernel.OpDeleteSandbox,
 		fakekernel.OpAddVeth, fakekernel.OpSetNeighbor, fakekernel.OpAddFDB, fakekernel.OpDeleteFDB} {

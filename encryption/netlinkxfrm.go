@@ -11,6 +11,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/netlinkutil"
 )
 
 // ErrNoESP is wrapped by the errors of Check and AddSA on a kernel that
@@ -311,29 +313,18 @@ func (x *NetlinkXFRM) DeletePolicy(src, dst netip.Addr, port uint16) error {
 	})
 }
 
-// dumpRetries bounds the retries of a dump the kernel reports as
-// interrupted by a concurrent change.
-const dumpRetries = 5
-
 func (x *NetlinkXFRM) listStates(h *netlink.Handle) ([]netlink.XfrmState, error) {
-	var err error
-	for range dumpRetries {
-		var states []netlink.XfrmState
-		states, err = h.XfrmStateList(netlink.FAMILY_ALL)
-		if err == nil {
-			var ours []netlink.XfrmState
-			for _, s := range states {
-				if s.Reqid == ReqID {
-					ours = append(ours, s)
-				}
-			}
-			return ours, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
+	states, err := netlinkutil.Dump(func() ([]netlink.XfrmState, error) { return h.XfrmStateList(netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("xfrm: list states: %w", err)
+	}
+	var ours []netlink.XfrmState
+	for _, s := range states {
+		if s.Reqid == ReqID {
+			ours = append(ours, s)
 		}
 	}
-	return nil, fmt.Errorf("xfrm: list states: %w", err)
+	return ours, nil
 }
 
 func ourMark(m *netlink.XfrmMark) bool {
@@ -341,24 +332,17 @@ func ourMark(m *netlink.XfrmMark) bool {
 }
 
 func (x *NetlinkXFRM) listPolicies(h *netlink.Handle) ([]netlink.XfrmPolicy, error) {
-	var err error
-	for range dumpRetries {
-		var pols []netlink.XfrmPolicy
-		pols, err = h.XfrmPolicyList(netlink.FAMILY_ALL)
-		if err == nil {
-			var ours []netlink.XfrmPolicy
-			for _, p := range pols {
-				if ourMark(p.Mark) {
-					ours = append(ours, p)
-				}
-			}
-			return ours, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
+	pols, err := netlinkutil.Dump(func() ([]netlink.XfrmPolicy, error) { return h.XfrmPolicyList(netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("xfrm: list policies: %w", err)
+	}
+	var ours []netlink.XfrmPolicy
+	for _, p := range pols {
+		if ourMark(p.Mark) {
+			ours = append(ours, p)
 		}
 	}
-	return nil, fmt.Errorf("xfrm: list policies: %w", err)
+	return ours, nil
 }
 
 // States lists the states carrying ReqID, with their lifetime counters.

@@ -11,6 +11,7 @@
 package kernel
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 
@@ -65,6 +66,11 @@ type Veth struct {
 type Neighbor struct {
 	IP  netip.Addr
 	MAC hwaddr.MAC
+	// NotPermanent marks an entry read back in another state than the
+	// NUD_PERMANENT the plugin programs: NOARP (`ip neigh ... nud noarp`)
+	// or one that may expire. Someone else made it. Ignored when
+	// programming.
+	NotPermanent bool `json:",omitempty"`
 }
 
 // FDBEntry is a static forwarding entry on the sandbox VXLAN device: frames
@@ -73,6 +79,47 @@ type Neighbor struct {
 type FDBEntry struct {
 	MAC  hwaddr.MAC
 	VTEP netip.Addr
+	// NotPermanent: as Neighbor's (`bridge fdb add ... static` makes one).
+	NotPermanent bool `json:",omitempty"`
+}
+
+// Repair is one fix RepairSandbox made to a sandbox's devices.
+type Repair struct {
+	// Device is BridgeName, VXLANName or a veth's sandbox end.
+	Device string
+	// Problem says what was wrong: "missing", "down", "not on the bridge",
+	// or the VXLAN settings that differed.
+	Problem string
+	// Rebuilt: the device was created anew (else only set up or enslaved).
+	Rebuilt bool
+}
+
+// EventKind says what an Event is about.
+type EventKind uint8
+
+const (
+	// EventNeighbor: a neighbour entry on VXLANName changed.
+	EventNeighbor EventKind = iota + 1
+	// EventFDB: an FDB entry of VXLANName changed.
+	EventFDB
+	// EventDevice: BridgeName or VXLANName changed.
+	EventDevice
+	// EventLost: events were lost (the socket overflowed, or the
+	// subscription broke); only a full comparison finds what changed.
+	EventLost
+)
+
+// Event is one change in a sandbox, as Watch reports it.
+type Event struct {
+	Kind EventKind
+	// Deleted: the entry or device is gone; else it was added or changed.
+	Deleted  bool
+	Neighbor Neighbor // EventNeighbor
+	FDB      FDBEntry // EventFDB
+	// Device names the device of an EventDevice; Broken says it is now
+	// deleted, down, or (VXLANName) off the bridge.
+	Device string
+	Broken bool
 }
 
 // Kernel programs the data path.
@@ -87,6 +134,23 @@ type Kernel interface {
 	// Sandboxes lists the sandboxes that exist, including ones left by a
 	// previous run.
 	Sandboxes() ([]string, error)
+	// CheckSandbox says whether the sandbox's namespace is alive: nil, or
+	// ErrNotFound when it is gone (no mount, or a mount whose namespace
+	// died with a previous run). Its devices are not looked at.
+	CheckSandbox(name string) error
+	// RepairSandbox rebuilds inside the existing sandbox spec.Name what of
+	// CreateSandbox's work is missing or wrong: the bridge (and every veth
+	// re-enslaved to it), the VXLAN device (made anew from spec), links
+	// down or off the bridge. The namespace and the veths are kept. It
+	// returns what it fixed, also when a later step fails; ErrNotFound
+	// when the namespace itself is gone.
+	RepairSandbox(spec SandboxSpec) ([]Repair, error)
+	// Watch reports the changes of the sandbox's devices and of the
+	// neighbour and FDB entries of its VXLAN device until ctx ends, when
+	// the channel is closed; it is closed earlier (after an EventLost) if
+	// the subscription breaks. The caller must keep receiving: a reader
+	// that falls behind gets an EventLost instead of what it missed.
+	Watch(ctx context.Context, sandbox string) (<-chan Event, error)
 	// RemoveLeftovers deletes every sandbox for which keep (if not nil)
 	// returns false, and every host-side VXLAN or veth device of ours that a
 	// previous run left behind. Called once at start, before any sandbox is
@@ -107,8 +171,9 @@ type Kernel interface {
 	AddFDB(sandbox string, e FDBEntry) error
 	DeleteFDB(sandbox string, e FDBEntry) error
 
-	// Neighbors and FDB list the static entries on the sandbox VXLAN device,
-	// for reconciliation and inspection.
+	// Neighbors and FDB list the entries on the sandbox VXLAN device that
+	// someone made (permanent or NOARP; not the kernel's own), for
+	// reconciliation and inspection.
 	Neighbors(sandbox string) ([]Neighbor, error)
 	FDB(sandbox string) ([]FDBEntry, error)
 }

@@ -24,7 +24,9 @@ const ns = "overlay_plugin"
 // Sources are read at every scrape. Each may be nil, and Cluster and
 // Encryption report false while their part is not running.
 type Sources struct {
-	Networks   func() []driver.NetworkState
+	Networks func() []driver.NetworkState
+	// Repairs are the reconcilers' repairs by kind (driver.Repairs).
+	Repairs    func() map[string]uint64
 	Cluster    func() (cluster.Stats, bool)
 	Encryption func() (encryption.Status, bool)
 }
@@ -81,6 +83,7 @@ var (
 	svcTasks     = desc("service_tasks", "Tasks Docker lists for a service with a VIP on a network.", "network", "service", "vip")
 	svcBackends  = desc("service_backends", "Backends a service's VIP balances over here: its tasks whose endpoints the control plane knows.", "network", "service", "vip")
 	netRefused   = desc("network_refusals_total", "Docker's calls about a network that this host refused to serve (an encrypted network without a secret or ESP; `overlay-plugin state` says why).", "network")
+	repairs      = desc("reconcile_repairs_total", "Repairs the reconcilers made to the sandboxes, by kind: neighbor_added, neighbor_replaced, neighbor_removed, fdb_added, fdb_replaced, fdb_removed (entries that were missing, wrong, or wanted by no endpoint), device_rebuilt (a missing or wrong bridge or VXLAN device made anew), device_fixed (a device set up or put back on the bridge).", "kind")
 	svcConns     = desc("service_connections_total", "Connections this host's containers opened to a service's VIP, by the backend chosen (nft counters).", "network", "service", "vip", "backend")
 
 	clGauges = map[string]*prometheus.Desc{
@@ -132,6 +135,11 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Networks != nil {
 		collectNetworks(ch, c.src.Networks())
+	}
+	if c.src.Repairs != nil {
+		for kind, v := range c.src.Repairs() {
+			counter(ch, repairs, v, kind)
+		}
 	}
 	if c.src.Cluster != nil {
 		if s, ok := c.src.Cluster(); ok {

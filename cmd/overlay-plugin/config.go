@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/driver"
 )
 
 // Defaults of the serve settings.
@@ -60,6 +62,9 @@ type serveConfig struct {
 	// MetricsAddr, if set, is a TCP host:port serving Prometheus metrics
 	// (they are on the admin socket's /metrics in any case).
 	MetricsAddr string
+	// ResyncPeriod is how often every network's kernel state is compared
+	// with its peer table in full (drift is repaired sooner, on events).
+	ResyncPeriod time.Duration
 }
 
 // usageError is a bad command line or environment: exit status 2.
@@ -273,7 +278,7 @@ func resolveAdminSocket(stateDir, adminSocket string) string {
 // parseServeConfig reads serve's settings from args and the environment.
 func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
 	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
-		DeadGrace: defaultDeadGrace, KeyRotation: defaultKeyRotation}
+		DeadGrace: defaultDeadGrace, KeyRotation: defaultKeyRotation, ResyncPeriod: driver.DefaultResyncPeriod}
 	f := newEnvFlags("serve", "serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
 	f.stringVar(&cfg.Socket, "socket", "OVERLAY_SOCKET", defaultSocket, "unix socket of Docker's network driver API")
 	adminFlags(f, &cfg.StateDir, &cfg.AdminSocket)
@@ -289,6 +294,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.value(durationValue{&cfg.KeyRotation}, "key-rotation", "OVERLAY_KEY_ROTATION", "interval between IPsec key generations (`duration`)")
 	f.stringVar(&cfg.DockerSocket, "docker-socket", "OVERLAY_DOCKER_SOCKET", "", "Docker engine API socket, asked for the swarm's nodes so gossip needs no --join")
 	f.stringVar(&cfg.DockerNetnsDir, "docker-netns-dir", "OVERLAY_DOCKER_NETNS_DIR", "", "where Docker's container namespaces (the directory of the SandboxKeys it passes) are mounted here, for service VIPs (default: the SandboxKeys as Docker gives them)")
+	f.value(durationValue{&cfg.ResyncPeriod}, "resync-period", "OVERLAY_RESYNC_PERIOD", "how often every network's kernel state is compared with its peer table in full; drift is repaired sooner, on the kernel's change events (`duration`)")
 	f.stringVar(&cfg.MetricsAddr, "metrics-addr", "OVERLAY_METRICS_ADDR", "", "TCP `host:port` serving Prometheus metrics (default: only GET /metrics on the admin socket)")
 	if err := f.parse(args, getenv); err != nil {
 		return cfg, err

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/driver"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -59,14 +61,15 @@ func TestServeConfigPrecedence(t *testing.T) {
 				VXLANPort: 4789, LogLevel: slog.LevelInfo},
 		},
 		{
-			name: "gossip and encryption settings",
+			name: "gossip, encryption and resync settings",
 			args: []string{"--join", "198.51.100.1, 198.51.100.2:8000,", "--node-name", "h2", "--dead-grace", "3s"},
 			env: map[string]string{"OVERLAY_GOSSIP_PORT": "8000", "OVERLAY_SECRET_FILE": "/etc/overlay-plugin/secret",
-				"OVERLAY_KEY_ROTATION": "10m", "OVERLAY_JOIN": "ignored"},
+				"OVERLAY_KEY_ROTATION": "10m", "OVERLAY_JOIN": "ignored", "OVERLAY_RESYNC_PERIOD": "5s"},
 			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
 				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo,
 				GossipPort: 8000, Join: []string{"198.51.100.1", "198.51.100.2:8000"}, NodeName: "h2",
-				SecretFile: "/etc/overlay-plugin/secret", DeadGrace: 3 * time.Second, KeyRotation: 10 * time.Minute},
+				SecretFile: "/etc/overlay-plugin/secret", DeadGrace: 3 * time.Second, KeyRotation: 10 * time.Minute,
+				ResyncPeriod: 5 * time.Second},
 		},
 		{
 			name: "empty variables count as unset; mapped IPv4 is unmapped",
@@ -87,6 +90,9 @@ func TestServeConfigPrecedence(t *testing.T) {
 			if want.GossipPort == 0 && want.DeadGrace == 0 {
 				want.GossipPort, want.DeadGrace, want.KeyRotation = defaultGossipPort, defaultDeadGrace, defaultKeyRotation
 			}
+			if want.ResyncPeriod == 0 {
+				want.ResyncPeriod = driver.DefaultResyncPeriod
+			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)
 			}
@@ -106,6 +112,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"port 0 in env", nil, map[string]string{"OVERLAY_VXLAN_PORT": "0"}, []string{"OVERLAY_VXLAN_PORT"}},
 		{"secret without gossip", []string{"--gossip-port", "0", "--secret-file", "/s"}, nil, []string{"--secret-file", "gossip"}},
 		{"bad grace", nil, map[string]string{"OVERLAY_DEAD_GRACE": "soon"}, []string{"OVERLAY_DEAD_GRACE", "duration"}},
+		{"resync period 0", []string{"--resync-period", "0s"}, nil, []string{"resync-period", "positive duration"}},
 		{"bad gossip port", []string{"--gossip-port", "70000"}, nil, []string{"gossip-port"}},
 		{"port too big in env", nil, map[string]string{"OVERLAY_VXLAN_PORT": "70000"}, []string{"OVERLAY_VXLAN_PORT"}},
 		{"bad level in env", nil, map[string]string{"OVERLAY_LOG_LEVEL": "loud"}, []string{"OVERLAY_LOG_LEVEL", "debug, info, warn or error"}},

@@ -315,6 +315,7 @@ func (b adminBackend) RotateKeys() error {
 func metricsSources(g *guard, cps *cpHolder) metrics.Sources {
 	return metrics.Sources{
 		Networks: g.networks,
+		Repairs:  g.Repairs,
 		Cluster: func() (cluster.Stats, bool) {
 			if cp := cps.get(); cp != nil && cp.cluster != nil {
 				return cp.cluster.Stats(), true

@@ -19,6 +19,7 @@ import (
 type backend interface {
 	api.Driver
 	adminapi.Backend
+	Repairs() map[string]uint64
 }
 
 var (
@@ -77,6 +78,15 @@ func (g *guard) networks() []driver.NetworkState {
 		return nil
 	}
 	return g.drv.State()
+}
+
+// Repairs is the reconcilers' repair counts for metrics: nil until the
+// driver is ready.
+func (g *guard) Repairs() map[string]uint64 {
+	if !g.Ready() {
+		return nil
+	}
+	return g.drv.Repairs()
 }
 
 // Ready reports whether calls are served now.

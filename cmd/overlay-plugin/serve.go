@@ -56,8 +56,6 @@ type serveDeps struct {
 	newEncryption func(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error)
 	// gossipTransport, if set, replaces memberlist's network transport.
 	gossipTransport memberlist.Transport
-	// resyncEvery is the period of the kernel resync.
-	resyncEvery time.Duration
 	// newLoadBalancer programs service VIPs into containers.
 	newLoadBalancer func() driver.LoadBalancer
 	// servicePeriod is how often the engine is asked for the services of
@@ -87,7 +85,6 @@ func defaultDeps() serveDeps {
 		readTimeout:     30 * time.Second,
 		advertiseWait:   advertiseWait,
 		newEncryption:   newNetlinkEncryption,
-		resyncEvery:     30 * time.Second,
 		newLoadBalancer: func() driver.LoadBalancer { return servicelb.NewNftables() },
 	}
 }
@@ -207,24 +204,13 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		cpErr <- err
 	}()
 
-	// 6. Periodic resync of the kernel against the peer db: it removes
-	// what went while the plugin was down and repairs outside changes.
+	// 6. The networks' reconcilers (the driver's New ran the first pass
+	// before ready): on drift events, after kernel errors, periodically.
 	resyncCtx, stopResync := context.WithCancel(ctx)
 	resyncDone := make(chan struct{})
 	go func() {
 		defer close(resyncDone)
-		t := time.NewTicker(deps.resyncEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-resyncCtx.Done():
-				return
-			case <-t.C:
-				if _, _, err := drv.Resync(); err != nil {
-					log.Warn("resync", "err", err)
-				}
-			}
-		}
+		drv.Run(resyncCtx)
 	}()
 
 	// 7. Service VIPs: the engine lists each network's services.
@@ -321,7 +307,7 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 	}
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
 		VXLANPort: cfg.VXLANPort, ResumeEncrypted: cfg.SecretFile != "" && cfg.GossipPort != 0 && len(keys) > 0,
-		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, Logger: log})
+		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, ResyncPeriod: cfg.ResyncPeriod, Logger: log})
 	if err != nil {
 		release()
 		return nil, nil, err

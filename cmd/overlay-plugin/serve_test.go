@@ -54,7 +54,6 @@ func testDeps(k *fakekernel.Kernel) serveDeps {
 		lockWait:        200 * time.Millisecond,
 		httpGrace:       5 * time.Second,
 		readTimeout:     300 * time.Millisecond,
-		resyncEvery:     time.Second,
 		newLoadBalancer: func() driver.LoadBalancer { return fakelb.New() },
 	}
 }

@@ -5,7 +5,9 @@
 package fakekernel
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -27,7 +29,19 @@ const (
 	OpDeleteNeighbor Op = "DeleteNeighbor"
 	OpAddFDB         Op = "AddFDB"
 	OpDeleteFDB      Op = "DeleteFDB"
+	// Reads, dumps and the rest: a fault matrix fails these too.
+	OpSandboxes      Op = "Sandboxes"
+	OpCheckSandbox   Op = "CheckSandbox"
+	OpRepairSandbox  Op = "RepairSandbox"
+	OpRemoveLeftover Op = "RemoveLeftovers"
+	OpWatch          Op = "Watch"
+	OpNeighbors      Op = "Neighbors"
+	OpFDB            Op = "FDB"
 )
+
+// Ops lists every operation, for tests that fail each in turn.
+var Ops = []Op{OpCreateSandbox, OpDeleteSandbox, OpAddVeth, OpDeleteVeth, OpSetNeighbor, OpDeleteNeighbor,
+	OpAddFDB, OpDeleteFDB, OpSandboxes, OpCheckSandbox, OpRepairSandbox, OpRemoveLeftover, OpWatch, OpNeighbors, OpFDB}
 
 // Sandbox is a snapshot of one sandbox's state.
 type Sandbox struct {
@@ -35,6 +49,10 @@ type Sandbox struct {
 	Veths     map[string]kernel.Veth // by sandbox-end name
 	Neighbors map[netip.Addr]hwaddr.MAC
 	FDB       map[kernel.FDBEntry]bool
+	// Broken maps a device (kernel.BridgeName, kernel.VXLANName or a veth's
+	// sandbox end) to what is wrong with it: "missing" or "not on the
+	// bridge". BreakDevice breaks them, RepairSandbox mends them.
+	Broken map[string]string
 	// unicast indexes FDB's unicast entries by MAC, so that replacing one
 	// costs O(1) and not a scan: the scale test adds 10,000 per sandbox.
 	unicast map[hwaddr.MAC]kernel.FDBEntry
@@ -42,7 +60,7 @@ type Sandbox struct {
 
 func newSandbox(spec kernel.SandboxSpec) *Sandbox {
 	return &Sandbox{Spec: spec, Veths: map[string]kernel.Veth{}, Neighbors: map[netip.Addr]hwaddr.MAC{},
-		FDB: map[kernel.FDBEntry]bool{}, unicast: map[hwaddr.MAC]kernel.FDBEntry{}}
+		FDB: map[kernel.FDBEntry]bool{}, Broken: map[string]string{}, unicast: map[hwaddr.MAC]kernel.FDBEntry{}}
 }
 
 func (s *Sandbox) clone() *Sandbox {
@@ -51,6 +69,7 @@ func (s *Sandbox) clone() *Sandbox {
 		Veths:     make(map[string]kernel.Veth, len(s.Veths)),
 		Neighbors: make(map[netip.Addr]hwaddr.MAC, len(s.Neighbors)),
 		FDB:       make(map[kernel.FDBEntry]bool, len(s.FDB)),
+		Broken:    maps.Clone(s.Broken),
 	}
 	for k, v := range s.Veths {
 		c.Veths[k] = v
@@ -66,12 +85,14 @@ func (s *Sandbox) clone() *Sandbox {
 
 // Kernel is the fake. The zero value is not usable; call New.
 type Kernel struct {
-	// mu guards the maps below. It is a leaf: nothing else is locked
-	// while it is held, and the fault hook is called without it.
+	// mu guards the maps below. Only a watcher's mu is taken while it is
+	// held; the fault hook is called without it.
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
 	hostLinks map[string]string // host-end veth name -> sandbox
 	vnis      map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
+	// watchers are the Watch subscriptions by sandbox.
+	watchers map[string][]*watcher
 
 	faults faults.Injector[Op] // locks itself, a leaf
 }
@@ -82,11 +103,13 @@ func New() *Kernel {
 		sandboxes: map[string]*Sandbox{},
 		hostLinks: map[string]string{},
 		vnis:      map[uint32]string{},
+		watchers:  map[string][]*watcher{},
 	}
 }
 
-// SetFault installs a hook consulted before every mutating operation; a
-// non-nil error fails the operation with no state change. nil removes it.
+// SetFault installs a hook consulted before every operation but the
+// test helpers; a non-nil error fails the operation with no state change.
+// nil removes it.
 func (k *Kernel) SetFault(f func(op Op, sandbox string) error) { k.faults.Set(f) }
 
 func (k *Kernel) check(op Op, sandbox string) error { return k.faults.Check(op, sandbox) }
@@ -152,15 +175,43 @@ func (k *Kernel) mutate(op Op, name string, f func(s *Sandbox) error) error {
 	return f(s)
 }
 
-// read runs a read-only operation on one sandbox under mu.
-func read[T any](k *Kernel, name string, f func(s *Sandbox) []T) ([]T, error) {
+// read runs a read-only operation on one sandbox's VXLAN device: fault
+// injection first, then f under mu.
+func read[T any](k *Kernel, op Op, name string, f func(s *Sandbox) []T) ([]T, error) {
+	if err := k.check(op, name); err != nil {
+		return nil, err
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	s, err := k.sandbox(name)
+	s, err := k.vxlan(name)
 	if err != nil {
 		return nil, err
 	}
 	return f(s), nil
+}
+
+// vxlan returns the sandbox if its VXLAN device exists, as the entry
+// operations need. Caller holds mu.
+func (k *Kernel) vxlan(name string) (*Sandbox, error) {
+	s, err := k.sandbox(name)
+	if err != nil {
+		return nil, err
+	}
+	if s.Broken[kernel.VXLANName] == "missing" {
+		return nil, fmt.Errorf("sandbox %q: find %s: %w", name, kernel.VXLANName, kernel.ErrNotFound)
+	}
+	return s, nil
+}
+
+// entry runs a mutating operation on one sandbox's VXLAN device.
+func (k *Kernel) entry(op Op, name string, f func(s *Sandbox) error) error {
+	return k.mutate(op, name, func(*Sandbox) error {
+		s, err := k.vxlan(name)
+		if err != nil {
+			return err
+		}
+		return f(s)
+	})
 }
 
 func (k *Kernel) CreateSandbox(spec kernel.SandboxSpec) error {
@@ -192,6 +243,9 @@ func (k *Kernel) DeleteSandbox(name string) error {
 }
 
 func (k *Kernel) Sandboxes() ([]string, error) {
+	if err := k.check(OpSandboxes, ""); err != nil {
+		return nil, err
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	names := make([]string, 0, len(k.sandboxes))
@@ -203,6 +257,9 @@ func (k *Kernel) Sandboxes() ([]string, error) {
 }
 
 func (k *Kernel) RemoveLeftovers(keep func(string) bool) error {
+	if err := k.check(OpRemoveLeftover, ""); err != nil {
+		return err
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for name, s := range k.sandboxes {
@@ -226,6 +283,9 @@ func (k *Kernel) AddVeth(sandbox string, v kernel.Veth) error {
 		if _, ok := s.Veths[v.SandboxName]; ok {
 			return fmt.Errorf("link %q in sandbox %q: %w", v.SandboxName, sandbox, kernel.ErrExists)
 		}
+		if s.Broken[kernel.BridgeName] != "" {
+			return fmt.Errorf("add veth %s: find %s in sandbox %q: %w", v.HostName, kernel.BridgeName, sandbox, kernel.ErrNotFound)
+		}
 		s.Veths[v.SandboxName] = v
 		k.hostLinks[v.HostName] = sandbox
 		return nil
@@ -239,30 +299,34 @@ func (k *Kernel) DeleteVeth(sandbox, sandboxName string) error {
 			return fmt.Errorf("link %q in sandbox %q: %w", sandboxName, sandbox, kernel.ErrNotFound)
 		}
 		delete(s.Veths, sandboxName)
+		delete(s.Broken, sandboxName)
 		delete(k.hostLinks, v.HostName)
 		return nil
 	})
 }
 
 func (k *Kernel) SetNeighbor(sandbox string, n kernel.Neighbor) error {
-	return k.mutate(OpSetNeighbor, sandbox, func(s *Sandbox) error {
+	return k.entry(OpSetNeighbor, sandbox, func(s *Sandbox) error {
 		s.Neighbors[n.IP] = n.MAC
+		k.emit(sandbox, kernel.Event{Kind: kernel.EventNeighbor, Neighbor: n})
 		return nil
 	})
 }
 
 func (k *Kernel) DeleteNeighbor(sandbox string, ip netip.Addr) error {
-	return k.mutate(OpDeleteNeighbor, sandbox, func(s *Sandbox) error {
-		if _, ok := s.Neighbors[ip]; !ok {
+	return k.entry(OpDeleteNeighbor, sandbox, func(s *Sandbox) error {
+		mac, ok := s.Neighbors[ip]
+		if !ok {
 			return fmt.Errorf("neighbour %s in sandbox %q: %w", ip, sandbox, kernel.ErrNotFound)
 		}
 		delete(s.Neighbors, ip)
+		k.emit(sandbox, kernel.Event{Kind: kernel.EventNeighbor, Deleted: true, Neighbor: kernel.Neighbor{IP: ip, MAC: mac}})
 		return nil
 	})
 }
 
 func (k *Kernel) AddFDB(sandbox string, e kernel.FDBEntry) error {
-	return k.mutate(OpAddFDB, sandbox, func(s *Sandbox) error {
+	return k.entry(OpAddFDB, sandbox, func(s *Sandbox) error {
 		if !e.MAC.IsZero() {
 			// A unicast MAC has one destination: adding it again replaces.
 			if old, ok := s.unicast[e.MAC]; ok {
@@ -271,22 +335,27 @@ func (k *Kernel) AddFDB(sandbox string, e kernel.FDBEntry) error {
 			s.unicast[e.MAC] = e
 		}
 		s.FDB[e] = true
+		k.emit(sandbox, kernel.Event{Kind: kernel.EventFDB, FDB: e})
 		return nil
 	})
 }
 
 func (k *Kernel) DeleteFDB(sandbox string, e kernel.FDBEntry) error {
-	return k.mutate(OpDeleteFDB, sandbox, func(s *Sandbox) error {
+	return k.entry(OpDeleteFDB, sandbox, func(s *Sandbox) error {
 		if !s.FDB[e] {
 			return fmt.Errorf("fdb %s dst %s in sandbox %q: %w", e.MAC, e.VTEP, sandbox, kernel.ErrNotFound)
 		}
 		delete(s.FDB, e)
+		if s.unicast[e.MAC] == e {
+			delete(s.unicast, e.MAC)
+		}
+		k.emit(sandbox, kernel.Event{Kind: kernel.EventFDB, Deleted: true, FDB: e})
 		return nil
 	})
 }
 
 func (k *Kernel) Neighbors(sandbox string) ([]kernel.Neighbor, error) {
-	return read(k, sandbox, func(s *Sandbox) []kernel.Neighbor {
+	return read(k, OpNeighbors, sandbox, func(s *Sandbox) []kernel.Neighbor {
 		out := make([]kernel.Neighbor, 0, len(s.Neighbors))
 		for ip, mac := range s.Neighbors {
 			out = append(out, kernel.Neighbor{IP: ip, MAC: mac})
@@ -296,13 +365,153 @@ func (k *Kernel) Neighbors(sandbox string) ([]kernel.Neighbor, error) {
 }
 
 func (k *Kernel) FDB(sandbox string) ([]kernel.FDBEntry, error) {
-	return read(k, sandbox, func(s *Sandbox) []kernel.FDBEntry {
+	return read(k, OpFDB, sandbox, func(s *Sandbox) []kernel.FDBEntry {
 		out := make([]kernel.FDBEntry, 0, len(s.FDB))
 		for e := range s.FDB {
 			out = append(out, e)
 		}
 		return out
 	})
+}
+
+func (k *Kernel) CheckSandbox(name string) error {
+	if err := k.check(OpCheckSandbox, name); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, err := k.sandbox(name)
+	return err
+}
+
+// BreakDevice does to a sandbox what someone deleting a device there
+// would: kernel.VXLANName takes its neighbour and FDB entries with it,
+// kernel.BridgeName leaves every port off the bridge; any other name takes
+// a veth's sandbox end off the bridge. Watchers hear of it.
+func (k *Kernel) BreakDevice(sandbox, device string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(sandbox)
+	if err != nil {
+		return err
+	}
+	switch device {
+	case kernel.VXLANName:
+		s.Broken[device] = "missing"
+		s.Neighbors, s.FDB, s.unicast = map[netip.Addr]hwaddr.MAC{}, map[kernel.FDBEntry]bool{}, map[hwaddr.MAC]kernel.FDBEntry{}
+	case kernel.BridgeName:
+		s.Broken[device] = "missing"
+		for name := range s.Veths {
+			s.Broken[name] = "not on the bridge"
+		}
+		if s.Broken[kernel.VXLANName] == "" {
+			s.Broken[kernel.VXLANName] = "not on the bridge"
+		}
+	default:
+		if _, ok := s.Veths[device]; !ok {
+			return fmt.Errorf("link %q in sandbox %q: %w", device, sandbox, kernel.ErrNotFound)
+		}
+		s.Broken[device] = "not on the bridge"
+		return nil
+	}
+	k.emit(sandbox, kernel.Event{Kind: kernel.EventDevice, Device: device, Deleted: true, Broken: true})
+	return nil
+}
+
+// RepairSandbox mends what BreakDevice broke: the bridge first, then the
+// ports off it, then a missing VXLAN device (empty, as a new one is).
+func (k *Kernel) RepairSandbox(spec kernel.SandboxSpec) ([]kernel.Repair, error) {
+	var repairs []kernel.Repair
+	err := k.mutate(OpRepairSandbox, spec.Name, func(s *Sandbox) error {
+		if p := s.Broken[kernel.BridgeName]; p != "" {
+			repairs = append(repairs, kernel.Repair{Device: kernel.BridgeName, Problem: p, Rebuilt: true})
+			delete(s.Broken, kernel.BridgeName)
+		}
+		for _, name := range slices.Sorted(maps.Keys(s.Broken)) {
+			if p := s.Broken[name]; p == "not on the bridge" {
+				repairs = append(repairs, kernel.Repair{Device: name, Problem: p})
+				delete(s.Broken, name)
+			}
+		}
+		if p := s.Broken[kernel.VXLANName]; p != "" {
+			repairs = append(repairs, kernel.Repair{Device: kernel.VXLANName, Problem: p, Rebuilt: true})
+			delete(s.Broken, kernel.VXLANName)
+		}
+		for _, r := range repairs {
+			if r.Rebuilt {
+				k.emit(spec.Name, kernel.Event{Kind: kernel.EventDevice, Device: r.Device})
+			}
+		}
+		return nil
+	})
+	return repairs, err
+}
+
+// watcher is one Watch subscription. Its queue is unbounded, so emitting
+// under Kernel.mu never blocks; a goroutine forwards it to the channel.
+type watcher struct {
+	// mu guards queue. Leaf lock, taken under Kernel.mu.
+	mu    sync.Mutex
+	queue []kernel.Event
+	wake  chan struct{} // cap 1: the queue grew
+}
+
+// emit queues e for the sandbox's watchers. Caller holds mu.
+func (k *Kernel) emit(sandbox string, e kernel.Event) {
+	for _, w := range k.watchers[sandbox] {
+		w.mu.Lock()
+		w.queue = append(w.queue, e)
+		w.mu.Unlock()
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (k *Kernel) Watch(ctx context.Context, sandbox string) (<-chan kernel.Event, error) {
+	if err := k.check(OpWatch, sandbox); err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	if _, err := k.sandbox(sandbox); err != nil {
+		k.mu.Unlock()
+		return nil, err
+	}
+	w := &watcher{wake: make(chan struct{}, 1)}
+	k.watchers[sandbox] = append(k.watchers[sandbox], w)
+	k.mu.Unlock()
+	ch := make(chan kernel.Event)
+	go func() {
+		defer close(ch)
+		defer func() {
+			k.mu.Lock()
+			k.watchers[sandbox] = slices.DeleteFunc(k.watchers[sandbox], func(x *watcher) bool { return x == w })
+			if len(k.watchers[sandbox]) == 0 {
+				delete(k.watchers, sandbox)
+			}
+			k.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.wake:
+			}
+			w.mu.Lock()
+			q := w.queue
+			w.queue = nil
+			w.mu.Unlock()
+			for _, e := range q {
+				select {
+				case ch <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return ch, nil
 }
 
 var _ kernel.Kernel = (*Kernel)(nil)

@@ -1,0 +1,375 @@
+package driver
+
+// The reconciler: level-triggered, one per network. Desired state is the
+// network's peer db (every remote binding a neighbour entry, every
+// (MAC, VTEP) an FDB entry, with the flood option a flood entry per remote
+// VTEP) and its sandbox's devices; actual state is read back from the
+// kernel. Incremental programming (program, in network.go) applies each
+// peer db change at once, the fast path; the reconciler compares the whole
+// and repairs what differs, after any kernel error of the fast path, on
+// the sandbox's change events, at start and periodically (Run). Both work
+// under the network's lock, so they never interleave.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+)
+
+// Repair kinds, the label values of the repairs counter.
+const (
+	RepairNeighborAdded    = "neighbor_added"
+	RepairNeighborReplaced = "neighbor_replaced"
+	RepairNeighborRemoved  = "neighbor_removed"
+	RepairFDBAdded         = "fdb_added"
+	RepairFDBReplaced      = "fdb_replaced"
+	RepairFDBRemoved       = "fdb_removed"
+	RepairDeviceRebuilt    = "device_rebuilt"
+	RepairDeviceFixed      = "device_fixed"
+)
+
+// RepairKinds lists the repair kinds in a stable order.
+var RepairKinds = []string{RepairNeighborAdded, RepairNeighborReplaced, RepairNeighborRemoved,
+	RepairFDBAdded, RepairFDBReplaced, RepairFDBRemoved, RepairDeviceRebuilt, RepairDeviceFixed}
+
+// repairCounters counts every repair since start, by kind. Atomic: bumped
+// under network locks, read by metrics scrapes.
+type repairCounters [8]atomic.Uint64
+
+func (c *repairCounters) add(kind string, n int) {
+	for i, k := range RepairKinds {
+		if k == kind {
+			c[i].Add(uint64(n))
+			return
+		}
+	}
+}
+
+// Repairs returns how many repairs of each kind the reconciler made since
+// the driver started.
+func (d *Driver) Repairs() map[string]uint64 {
+	out := make(map[string]uint64, len(RepairKinds))
+	for i, k := range RepairKinds {
+		out[k] = d.repairs[i].Load()
+	}
+	return out
+}
+
+// pass is what one reconcile did to one network, for the counters and the
+// log.
+type pass struct {
+	counts map[string]int
+	// what describes the first few repairs, for the log line.
+	what []string
+}
+
+// maxLogged bounds the repairs one log line names: a rebuilt VXLAN device
+// is refilled with every entry of the network.
+const maxLogged = 5
+
+func (p *pass) note(kind, format string, args ...any) {
+	if p.counts == nil {
+		p.counts = map[string]int{}
+	}
+	p.counts[kind]++
+	if len(p.what) < maxLogged {
+		p.what = append(p.what, kind+": "+fmt.Sprintf(format, args...))
+	}
+}
+
+func (p *pass) total() int {
+	t := 0
+	for _, c := range p.counts {
+		t += c
+	}
+	return t
+}
+
+// Resync reconciles every network now, fully (see reconcile), and returns
+// the entries it added (or replaced) and removed.
+func (d *Driver) Resync() (added, removed int, err error) {
+	var errs []error
+	for _, id := range d.networkIDs() {
+		n := d.lockNetwork(id)
+		if n == nil {
+			continue
+		}
+		p, err := d.reconcile(n, true)
+		n.mu.Unlock()
+		added += p.counts[RepairNeighborAdded] + p.counts[RepairNeighborReplaced] + p.counts[RepairFDBAdded] + p.counts[RepairFDBReplaced]
+		removed += p.counts[RepairNeighborRemoved] + p.counts[RepairFDBRemoved]
+		errs = append(errs, err)
+	}
+	return added, removed, errors.Join(errs...)
+}
+
+// reconcile makes n's sandbox what n's state implies: its devices, the
+// IPsec references of its remote VTEPs (encrypted networks), and its
+// neighbour and FDB entries. It counts and logs every repair and records
+// the outcome for State. Without full, entries nothing wants are left
+// alone while the sandbox is one adopted from the previous run and the
+// peers are not settled yet: the remote endpoints the control plane has
+// not delivered again yet look unwanted, and removing them would cut the
+// traffic a restart is meant to keep. Caller holds n.mu.
+func (d *Driver) reconcile(n *network, full bool) (pass, error) {
+	var p pass
+	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) {
+		n.reconcileErr = nil
+		return p, nil
+	}
+	if n.adopted && (full || d.peersSettled()) {
+		n.adopted = false
+	}
+	err := errors.Join(d.repairDevices(n, &p), d.syncRemotes(n), d.syncEntries(n, !n.adopted, &p))
+	d.record(n, &p)
+	n.reconcileErr = err
+	if err != nil {
+		err = fmt.Errorf("reconcile network %s: %w", n.id, err)
+	}
+	return p, err
+}
+
+// record counts and logs what a pass repaired: one line per pass, which
+// minGap spaces. Caller holds n.mu.
+func (d *Driver) record(n *network, p *pass) {
+	for kind, c := range p.counts {
+		d.repairs.add(kind, c)
+	}
+	if p.total() > 0 {
+		d.log.Warn("repaired the sandbox: the kernel differed from the network's state",
+			"network", n.id, "repairs", p.counts, "first", strings.Join(p.what, "; "))
+	}
+}
+
+// repairForJoin rebuilds the sandbox's devices before a Join uses them
+// (a veth needs the bridge, a peer the VXLAN device), and refills a
+// rebuilt VXLAN device at once. Only the devices are read: a Join must not
+// cost a dump of every entry. Caller holds n.mu.
+func (d *Driver) repairForJoin(n *network) error {
+	var p pass
+	err := d.repairDevices(n, &p)
+	d.record(n, &p)
+	if err != nil {
+		return err
+	}
+	if p.total() > 0 {
+		if _, err := d.reconcile(n, false); err != nil {
+			n.kickLoop()
+		}
+	}
+	return nil
+}
+
+// repairDevices rebuilds what is missing or wrong of the sandbox's bridge
+// and VXLAN device, in place. It needs this host's VTEP address, which a
+// restarted plugin may learn only after it serves; until then it does
+// nothing (SetVTEP triggers a reconcile). Caller holds n.mu.
+func (d *Driver) repairDevices(n *network, p *pass) error {
+	d.mu.Lock()
+	vtep := d.vtep
+	d.mu.Unlock()
+	if !vtep.IsValid() {
+		return nil
+	}
+	repairs, err := d.kernel.RepairSandbox(kernel.SandboxSpec{Name: n.sandbox, VNI: n.vni, Port: d.port, Local: vtep, MTU: n.mtu})
+	for _, r := range repairs {
+		kind := RepairDeviceFixed
+		if r.Rebuilt {
+			kind = RepairDeviceRebuilt
+		}
+		p.note(kind, "%s %s", r.Device, r.Problem)
+	}
+	return err
+}
+
+// desired is what n's peer db implies for its sandbox: a neighbour entry
+// per remote binding, an FDB entry per (VTEP, MAC) with the number of
+// bindings using it, and with the flood option a flood entry per VTEP.
+func desired(n *network) (map[netip.Addr]hwaddr.MAC, map[netip.Addr]countmap.Map[hwaddr.MAC]) {
+	neighs := map[netip.Addr]hwaddr.MAC{}
+	fdb := map[netip.Addr]countmap.Map[hwaddr.MAC]{}
+	for ip, b := range n.peers.Bindings() {
+		if b.Local {
+			continue
+		}
+		neighs[ip] = b.MAC
+		macs := fdb[b.VTEP]
+		if macs == nil {
+			macs = countmap.Map[hwaddr.MAC]{}
+			fdb[b.VTEP] = macs
+		}
+		macs.Add(b.MAC, 1)
+	}
+	return neighs, fdb
+}
+
+// syncRemotes makes n.fdb, the FDB reference counts, what the peer db
+// implies, and takes or drops the IPsec reference of each remote VTEP that
+// appears or goes (encrypted networks): a VTEP's IPsec policy exists before
+// its first FDB entry. Caller holds n.mu.
+func (d *Driver) syncRemotes(n *network) error {
+	_, want := desired(n)
+	var errs []error
+	if n.opts.encrypted {
+		enc := d.encryption()
+		for vtep := range want {
+			if n.fdb[vtep] == nil {
+				errs = append(errs, enc.AddRemote(vtep))
+			}
+		}
+		for vtep := range n.fdb {
+			if want[vtep] == nil {
+				errs = append(errs, enc.RemoveRemote(vtep))
+			}
+		}
+	}
+	n.fdb = want
+	return errors.Join(errs...)
+}
+
+// syncEntries compares the sandbox's neighbour and FDB entries with the
+// desired ones and repairs the difference; entries nothing wants are
+// removed only if removeUnwanted. Caller holds n.mu, after syncRemotes.
+func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
+	wantN, _ := desired(n)
+	wantF := map[kernel.FDBEntry]bool{}
+	unicast := map[hwaddr.MAC]netip.Addr{}
+	for vtep, macs := range n.fdb {
+		for mac := range macs {
+			wantF[kernel.FDBEntry{MAC: mac, VTEP: vtep}] = true
+			unicast[mac] = vtep
+		}
+		if n.opts.flood {
+			wantF[kernel.FDBEntry{VTEP: vtep}] = true
+		}
+	}
+	neighs, err := d.kernel.Neighbors(n.sandbox)
+	if err != nil {
+		return err
+	}
+	fdb, err := d.kernel.FDB(n.sandbox)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	replaced := map[hwaddr.MAC]bool{} // unicast MACs pointing elsewhere
+	try := func(err error) {
+		if err != nil && !errors.Is(err, kernel.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	for _, nb := range neighs {
+		mac, ok := wantN[nb.IP]
+		switch {
+		case ok && mac == nb.MAC && !nb.NotPermanent:
+			delete(wantN, nb.IP)
+		case ok:
+			delete(wantN, nb.IP)
+			try(d.kernel.SetNeighbor(n.sandbox, kernel.Neighbor{IP: nb.IP, MAC: mac}))
+			p.note(RepairNeighborReplaced, "%s was %s%s, want %s", nb.IP, nb.MAC, notPermanent(nb.NotPermanent), mac)
+		case removeUnwanted:
+			try(d.kernel.DeleteNeighbor(n.sandbox, nb.IP))
+			p.note(RepairNeighborRemoved, "%s %s%s wanted by no endpoint", nb.IP, nb.MAC, notPermanent(nb.NotPermanent))
+		}
+	}
+	for ip, mac := range wantN {
+		try(d.kernel.SetNeighbor(n.sandbox, kernel.Neighbor{IP: ip, MAC: mac}))
+		p.note(RepairNeighborAdded, "%s %s was missing", ip, mac)
+	}
+	for _, e := range fdb {
+		key := kernel.FDBEntry{MAC: e.MAC, VTEP: e.VTEP}
+		vtep, macWanted := unicast[e.MAC]
+		switch {
+		case wantF[key] && !e.NotPermanent:
+			delete(wantF, key)
+		case wantF[key]:
+			// A NOARP twin of ours: appending cannot change its state.
+			try(d.kernel.DeleteFDB(n.sandbox, key))
+			delete(wantF, key)
+			try(d.kernel.AddFDB(n.sandbox, key))
+			p.note(RepairFDBReplaced, "%s dst %s was not permanent", e.MAC, e.VTEP)
+		case macWanted && !e.MAC.IsZero():
+			// Adding the wanted entry below replaces this one.
+			replaced[e.MAC] = true
+			p.note(RepairFDBReplaced, "%s dst %s%s, want dst %s", e.MAC, e.VTEP, notPermanent(e.NotPermanent), vtep)
+		case removeUnwanted:
+			try(d.kernel.DeleteFDB(n.sandbox, key))
+			p.note(RepairFDBRemoved, "%s dst %s%s wanted by no endpoint", e.MAC, e.VTEP, notPermanent(e.NotPermanent))
+		}
+	}
+	for e := range wantF {
+		try(d.kernel.AddFDB(n.sandbox, e))
+		if !replaced[e.MAC] || e.MAC.IsZero() {
+			p.note(RepairFDBAdded, "%s dst %s was missing", e.MAC, e.VTEP)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func notPermanent(b bool) string {
+	if b {
+		return " (not permanent)"
+	}
+	return ""
+}
+
+// drifted reports whether a batch of the sandbox's events shows the kernel
+// departing from n's state: our own programming produces events too, and
+// those agree with it, so they never start a reconcile. Caller holds n.mu.
+func drifted(n *network, events []kernel.Event) bool {
+	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) {
+		return false
+	}
+	for _, e := range events {
+		switch e.Kind {
+		case kernel.EventLost:
+			return true
+		case kernel.EventDevice:
+			if e.Broken {
+				return true
+			}
+		case kernel.EventNeighbor:
+			b, ok := n.peers.Owner(e.Neighbor.IP)
+			want := ok && !b.Local
+			if e.Deleted && want || !e.Deleted && (!want || b.MAC != e.Neighbor.MAC || e.Neighbor.NotPermanent) {
+				return true
+			}
+		case kernel.EventFDB:
+			macs := n.fdb[e.FDB.VTEP]
+			want := macs[e.FDB.MAC] > 0
+			if e.FDB.MAC.IsZero() {
+				want = n.opts.flood && macs != nil
+			}
+			if e.Deleted && want || !e.Deleted && (!want || e.FDB.NotPermanent) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// logEvery bounds how often a network's failing reconcile is logged.
+const logEvery = 10 * time.Second
+
+// errLog rate-limits a reconciler's error lines.
+type errLog struct {
+	last       time.Time
+	suppressed int
+}
+
+func (l *errLog) log(log *slog.Logger, id string, err error) {
+	if time.Since(l.last) < logEvery {
+		l.suppressed++
+		return
+	}
+	log.Warn("reconcile failed; retrying", "network", id, "err", err, "failures_not_logged", l.suppressed)
+	l.last, l.suppressed = time.Now(), 0
+}

@@ -1,0 +1,223 @@
+package kernel_test
+
+// Privileged tests of what the reconciler relies on: entries made by
+// others are seen (NOARP included), broken devices are rebuilt inside the
+// sandbox, and changes are reported as events.
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+)
+
+// inSandbox runs an iproute2 command in a sandbox, as an operator would.
+func (hst *host) inSandbox(t *testing.T, sandbox string, args ...string) {
+	t.Helper()
+	cmd := append([]string{"--net=" + filepath.Join(hst.dir, sandbox)}, args...)
+	if out, err := exec.Command("nsenter", cmd...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v: %s", args, err, out)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEntriesMadeByOthersAreListed(t *testing.T) {
+	hst := newHost(t)
+	must(t, hst.k.CreateSandbox(spec("sb", 300, "198.51.100.1")))
+	mac := mustMAC("02:42:0a:00:00:02")
+	must(t, hst.k.SetNeighbor("sb", kernel.Neighbor{IP: netip.MustParseAddr("203.0.113.2"), MAC: mac}))
+	must(t, hst.k.AddFDB("sb", kernel.FDBEntry{MAC: mac, VTEP: netip.MustParseAddr("198.51.100.2")}))
+	hst.inSandbox(t, "sb", "ip", "neigh", "replace", "203.0.113.9", "lladdr", "02:42:0a:00:00:09", "dev", kernel.VXLANName, "nud", "noarp")
+	hst.inSandbox(t, "sb", "bridge", "fdb", "add", "02:42:0a:00:00:09", "dev", kernel.VXLANName, "dst", "198.51.100.9", "self", "static")
+	hst.inSandbox(t, "sb", "bridge", "fdb", "add", "02:42:0a:00:00:08", "dev", kernel.VXLANName, "dst", "198.51.100.8", "self", "permanent")
+
+	ns, err := hst.k.Neighbors("sb")
+	must(t, err)
+	wantN := []kernel.Neighbor{{IP: netip.MustParseAddr("203.0.113.2"), MAC: mac},
+		{IP: netip.MustParseAddr("203.0.113.9"), MAC: mustMAC("02:42:0a:00:00:09"), NotPermanent: true}}
+	slices.SortFunc(ns, func(a, b kernel.Neighbor) int { return a.IP.Compare(b.IP) })
+	if !slices.Equal(ns, wantN) {
+		t.Errorf("Neighbors = %+v, want %+v", ns, wantN)
+	}
+	fdb, err := hst.k.FDB("sb")
+	must(t, err)
+	wantF := []kernel.FDBEntry{{MAC: mac, VTEP: netip.MustParseAddr("198.51.100.2")},
+		{MAC: mustMAC("02:42:0a:00:00:08"), VTEP: netip.MustParseAddr("198.51.100.8")},
+		{MAC: mustMAC("02:42:0a:00:00:09"), VTEP: netip.MustParseAddr("198.51.100.9"), NotPermanent: true}}
+	slices.SortFunc(fdb, func(a, b kernel.FDBEntry) int { return a.VTEP.Compare(b.VTEP) })
+	if !slices.Equal(fdb, wantF) {
+		t.Errorf("FDB = %+v, want %+v", fdb, wantF)
+	}
+	// A NOARP entry can be deleted like ours.
+	must(t, hst.k.DeleteFDB("sb", kernel.FDBEntry{MAC: mustMAC("02:42:0a:00:00:09"), VTEP: netip.MustParseAddr("198.51.100.9")}))
+	must(t, hst.k.DeleteNeighbor("sb", netip.MustParseAddr("203.0.113.9")))
+}
+
+func TestRepairSandbox(t *testing.T) {
+	hst := newHost(t)
+	sp := spec("sb", 301, "198.51.100.1")
+	must(t, hst.k.CreateSandbox(sp))
+	must(t, hst.k.AddVeth("sb", kernel.Veth{HostName: "ovhr1", SandboxName: "ovsr1", MAC: mustMAC("02:42:00:00:00:01"), MTU: 1450}))
+	_, sh := hst.sandboxNS(t, "sb")
+	nb := kernel.Neighbor{IP: netip.MustParseAddr("203.0.113.2"), MAC: mustMAC("02:42:0a:00:00:02")}
+	must(t, hst.k.SetNeighbor("sb", nb)) // caches vxlan0's ifindex
+
+	repair := func(want ...kernel.Repair) {
+		t.Helper()
+		got, err := hst.k.RepairSandbox(sp)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("RepairSandbox = %+v, %v; want %+v", got, err, want)
+		}
+		br, err := sh.LinkByName(kernel.BridgeName)
+		must(t, err)
+		for _, name := range []string{kernel.VXLANName, "ovsr1"} {
+			l, err := sh.LinkByName(name)
+			if err != nil || l.Attrs().MasterIndex != br.Attrs().Index || !linkUp(l) || !linkUp(br) {
+				t.Fatalf("after repair %s: %v, master %d (bridge %d)", name, err, l.Attrs().MasterIndex, br.Attrs().Index)
+			}
+		}
+	}
+	repair() // nothing wrong
+
+	del := func(name string) {
+		t.Helper()
+		l, err := sh.LinkByName(name)
+		must(t, err)
+		must(t, sh.LinkDel(l))
+	}
+	del(kernel.VXLANName)
+	if _, err := hst.k.Neighbors("sb"); !errors.Is(err, kernel.ErrNotFound) {
+		t.Fatalf("Neighbors without %s: %v, want not found (not an empty list)", kernel.VXLANName, err)
+	}
+	repair(kernel.Repair{Device: kernel.VXLANName, Problem: "missing", Rebuilt: true})
+	must(t, hst.k.SetNeighbor("sb", nb)) // with the new device's ifindex
+
+	del(kernel.BridgeName)
+	repair(kernel.Repair{Device: kernel.BridgeName, Problem: "missing", Rebuilt: true},
+		kernel.Repair{Device: "ovsr1", Problem: "not on the bridge"},
+		kernel.Repair{Device: kernel.VXLANName, Problem: "not on the bridge"})
+
+	vx, err := sh.LinkByName(kernel.VXLANName)
+	must(t, err)
+	must(t, sh.LinkSetDown(vx))
+	repair(kernel.Repair{Device: kernel.VXLANName, Problem: "down"})
+
+	// A vxlan0 made by someone else, with another VNI.
+	del(kernel.VXLANName)
+	hst.inSandbox(t, "sb", "ip", "link", "add", kernel.VXLANName, "type", "vxlan", "id", "999", "dstport", "4789", "nolearning")
+	repair(kernel.Repair{Device: kernel.VXLANName, Problem: "VNI 999, not 301", Rebuilt: true})
+	ns, err := hst.k.Neighbors("sb")
+	if err != nil || len(ns) != 0 {
+		t.Fatalf("a rebuilt device is empty: %v, %v", ns, err)
+	}
+	hst.assertSandboxes(t, "sb")
+}
+
+func TestCheckSandbox(t *testing.T) {
+	hst := newHost(t)
+	must(t, hst.k.CreateSandbox(spec("sb", 302, "198.51.100.1")))
+	must(t, hst.k.CheckSandbox("sb"))
+	if err := hst.k.CheckSandbox("nope"); !errors.Is(err, kernel.ErrNotFound) {
+		t.Fatalf("CheckSandbox of a missing sandbox: %v", err)
+	}
+	// A mount point left without its namespace, as a previous run's
+	// mount namespace leaves it.
+	must(t, unix.Unmount(filepath.Join(hst.dir, "sb"), unix.MNT_DETACH))
+	if err := hst.k.CheckSandbox("sb"); !errors.Is(err, kernel.ErrNotFound) {
+		t.Fatalf("CheckSandbox of a dead mount: %v", err)
+	}
+	if _, err := hst.k.RepairSandbox(spec("sb", 302, "198.51.100.1")); !errors.Is(err, kernel.ErrNotFound) {
+		t.Fatalf("RepairSandbox of a dead mount: %v", err)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	hst := newHost(t)
+	sp := spec("sb", 303, "198.51.100.1")
+	must(t, hst.k.CreateSandbox(sp))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := hst.k.Watch(ctx, "sb")
+	must(t, err)
+	next := func(what string, match func(kernel.Event) bool) kernel.Event {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case e, ok := <-ch:
+				if !ok {
+					t.Fatalf("%s: channel closed", what)
+				}
+				if match(e) {
+					return e
+				}
+			case <-timeout:
+				t.Fatalf("no event: %s", what)
+			}
+		}
+	}
+	ip := netip.MustParseAddr("203.0.113.2")
+	mac := mustMAC("02:42:0a:00:00:02")
+	must(t, hst.k.SetNeighbor("sb", kernel.Neighbor{IP: ip, MAC: mac}))
+	next("our neighbour", func(e kernel.Event) bool {
+		return e.Kind == kernel.EventNeighbor && !e.Deleted && e.Neighbor == kernel.Neighbor{IP: ip, MAC: mac}
+	})
+	hst.inSandbox(t, "sb", "ip", "neigh", "replace", ip.String(), "lladdr", "02:42:0a:00:00:09", "dev", kernel.VXLANName, "nud", "noarp")
+	next("a NOARP neighbour", func(e kernel.Event) bool {
+		return e.Kind == kernel.EventNeighbor && e.Neighbor.NotPermanent && e.Neighbor.MAC == mustMAC("02:42:0a:00:00:09")
+	})
+	hst.inSandbox(t, "sb", "ip", "neigh", "del", ip.String(), "dev", kernel.VXLANName)
+	next("a deleted neighbour", func(e kernel.Event) bool { return e.Kind == kernel.EventNeighbor && e.Deleted })
+	vtep := netip.MustParseAddr("198.51.100.2")
+	must(t, hst.k.AddFDB("sb", kernel.FDBEntry{MAC: mac, VTEP: vtep}))
+	next("our FDB entry", func(e kernel.Event) bool {
+		return e.Kind == kernel.EventFDB && !e.Deleted && e.FDB == kernel.FDBEntry{MAC: mac, VTEP: vtep}
+	})
+	hst.inSandbox(t, "sb", "bridge", "fdb", "del", mac.String(), "dev", kernel.VXLANName, "dst", vtep.String(), "self")
+	next("a deleted FDB entry", func(e kernel.Event) bool { return e.Kind == kernel.EventFDB && e.Deleted })
+
+	hst.inSandbox(t, "sb", "ip", "link", "set", kernel.VXLANName, "down")
+	next("vxlan0 down", func(e kernel.Event) bool {
+		return e.Kind == kernel.EventDevice && e.Device == kernel.VXLANName && e.Broken
+	})
+	_, err = hst.k.RepairSandbox(sp)
+	must(t, err)
+	next("vxlan0 up again", func(e kernel.Event) bool {
+		return e.Kind == kernel.EventDevice && e.Device == kernel.VXLANName && !e.Broken
+	})
+	hst.inSandbox(t, "sb", "ip", "link", "del", kernel.BridgeName)
+	next("br0 deleted", func(e kernel.Event) bool {
+		return e.Kind == kernel.EventDevice && e.Device == kernel.BridgeName && e.Deleted
+	})
+	hst.inSandbox(t, "sb", "ip", "link", "del", kernel.VXLANName)
+	next("vxlan0 deleted", func(e kernel.Event) bool {
+		return e.Kind == kernel.EventDevice && e.Device == kernel.VXLANName && e.Deleted
+	})
+
+	cancel()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the channel stays open after the context ended")
+		}
+	}
+}
