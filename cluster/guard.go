@@ -162,6 +162,9 @@ func (g *guardTransport) readHead(conn net.Conn) ([]byte, error) {
 	}
 	head = head[:5]
 	if _, err := io.ReadFull(conn, head[1:]); err != nil {
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return nil, g.refuseStream(conn, reject(RejectMalformed, "encrypted stream cut short"))
+		}
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(head[1:])
@@ -171,6 +174,9 @@ func (g *guardTransport) readHead(conn net.Conn) ([]byte, error) {
 	msg := make([]byte, 5+int(n))
 	copy(msg, head)
 	if _, err := io.ReadFull(conn, msg[5:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return nil, g.refuseStream(conn, reject(RejectMalformed, "encrypted stream cut short"))
+		}
 		return nil, err
 	}
 	plain, err := openPayload(g.key, msg[5:], msg[:5])

@@ -162,6 +162,8 @@ func TestGuardStreamsOfAnEncryptedCluster(t *testing.T) {
 		{sealStream(t, bytes.Repeat([]byte{8}, 32), []byte{mlUser, 1}), RejectDecrypt},
 		{sealStream(t, testKey, []byte{99}), RejectUnknownType},
 		{[]byte{mlEncrypt, 0xff, 0xff, 0xff, 0xff}, RejectMalformed},
+		{[]byte{mlEncrypt, 0, 0}, RejectMalformed},
+		{sealStream(t, testKey, []byte{mlUser, 1})[:30], RejectMalformed},
 	} {
 		near, far := net.Pipe()
 		go func() { far.Write(c.data); far.Close() }()
@@ -169,6 +171,9 @@ func TestGuardStreamsOfAnEncryptedCluster(t *testing.T) {
 		if got := readAll(<-g.StreamCh()); len(got) != 0 || rs.get(c.want) != 1 {
 			t.Errorf("stream %x: memberlist read %d bytes; %v refusals %d, want 1", c.data[:1], len(got), c.want, rs.get(c.want))
 		}
+		rs.mu.Lock()
+		rs.n = [numReasons]int{}
+		rs.mu.Unlock()
 	}
 }
 
