@@ -17,6 +17,16 @@ func epIface(v4, v6, mac string) *api.CreateEndpointRequest {
 		Interface: &api.EndpointInterface{Address: v4, AddressIPv6: v6, MacAddress: mac}}
 }
 
+// createJoined creates endpoint eid (endpointReq's i-th addresses) in n1
+// and joins it.
+func createJoined(t *testing.T, d *Driver, eid string, i int) {
+	t.Helper()
+	_, err := d.CreateEndpoint(endpointReq("n1", eid, i))
+	must(t, err)
+	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: eid})
+	must(t, err)
+}
+
 // Every refusal of CreateEndpoint leaves the driver, the state database and
 // the kernel as they were. The network (createNetReq) has 10.1.0.0/16 with
 // gateway 10.1.0.1 and fd00:1::/64; e1 is local (10.1.0.11, fd00:1::b),
@@ -24,10 +34,7 @@ func epIface(v4, v6, mac string) *api.CreateEndpointRequest {
 func TestCreateEndpointRefusals(t *testing.T) {
 	d, k := newFake(t)
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	must(t, d.AddPeer("n1", remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")))
 	e1MAC := d.State()[0].Endpoints[0].MAC.String()
 
@@ -79,15 +86,9 @@ func TestCreateEndpointRefusals(t *testing.T) {
 func TestCreateEndpointTakesAnIPARemotePeerStillHolds(t *testing.T) {
 	d, k := newFake(t)
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	must(t, d.AddPeer("n1", remotePeer("r1", "10.1.0.12", "02:42:0a:01:00:0c", "198.51.100.2")))
-	_, err = d.CreateEndpoint(endpointReq("n1", "e2", 2)) // 10.1.0.12
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e2"})
-	must(t, err)
+	createJoined(t, d, "e2", 2) // 10.1.0.12
 	if _, ok := k.Snapshot()["n1"].Neighbors[netip.MustParseAddr("10.1.0.12")]; ok {
 		t.Fatal("the remote claim on the local endpoint's IP is programmed")
 	}
@@ -99,10 +100,7 @@ func TestCreateEndpointTakesAnIPARemotePeerStillHolds(t *testing.T) {
 func TestAddPeerRefusesWhatCreateEndpointRefuses(t *testing.T) {
 	d, k := newFake(t)
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	for _, c := range []struct{ name, ip, mac string }{
 		{"network address", "10.1.0.0", "02:00:00:00:00:50"},
 		{"broadcast address", "10.1.255.255", "02:00:00:00:00:50"},
