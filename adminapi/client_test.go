@@ -88,7 +88,7 @@ func TestClientRoundTrip(t *testing.T) {
 	const nid, eid = "n1", "local1"
 	if err := d.CreateNetwork(&api.CreateNetworkRequest{NetworkID: nid,
 		Options:  map[string]any{"com.docker.network.generic": map[string]any{"vxlanid_list": "300"}},
-		IPv4Data: []*api.IPAMData{{Pool: "203.0.113.0/24"}}}); err != nil {
+		IPv4Data: []*api.IPAMData{{Pool: "203.0.113.0/24", Gateway: "203.0.113.1/24"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.CreateEndpoint(&api.CreateEndpointRequest{NetworkID: nid, EndpointID: eid,
@@ -126,6 +126,12 @@ func TestClientRoundTrip(t *testing.T) {
 		{c.AddPeer("nosuch", peer), driver.ErrNotFound},
 		{c.AddPeer(nid, peerdb.Peer{EndpointID: "x"}), driver.ErrInvalid},
 		{c.AddPeer(nid, peerdb.Peer{EndpointID: eid, IPs: peer.IPs, MAC: peer.MAC, VTEP: peer.VTEP}), driver.ErrConflict},
+		// The id, addresses and MAC CreateEndpoint refuses, refused here too.
+		{c.AddPeer(nid, peerdb.Peer{EndpointID: "0-forged", IPs: peer.IPs, MAC: peer.MAC, VTEP: peer.VTEP}), driver.ErrInvalid},
+		{c.AddPeer(nid, peerdb.Peer{EndpointID: "r2", IPs: []netip.Addr{netip.MustParseAddr("203.0.113.1")}, MAC: peer.MAC, VTEP: peer.VTEP}), driver.ErrInvalid},
+		{c.AddPeer(nid, peerdb.Peer{EndpointID: "r2", IPs: []netip.Addr{netip.MustParseAddr("203.0.113.255")}, MAC: peer.MAC, VTEP: peer.VTEP}), driver.ErrInvalid},
+		{c.AddPeer(nid, peerdb.Peer{EndpointID: "r2", IPs: []netip.Addr{netip.MustParseAddr("198.18.0.9")}, MAC: peer.MAC, VTEP: peer.VTEP}), driver.ErrInvalid},
+		{c.AddPeer(nid, peerdb.Peer{EndpointID: "r2", IPs: peer.IPs, MAC: hwaddr.MAC{0x01, 0, 0x5e, 0, 0, 1}, VTEP: peer.VTEP}), driver.ErrInvalid},
 		{c.DeletePeer(nid, eid), driver.ErrConflict},
 		{c.DeletePeer("nosuch", "remote1"), driver.ErrNotFound},
 		{c.DeletePeer(nid, "bad/id"), driver.ErrInvalid},

@@ -66,11 +66,12 @@
 //
 // # Locks
 //
-// Cluster.mu is the only lock of this package. It sits below the driver's
+// Cluster.mu is the main lock of this package. It sits below the driver's
 // network.mu (Publish, Retract, Snapshot, NetworkAdded and NetworkRemoved
 // are called with one held) and below memberlist's internal node lock
 // (memberlist calls its event delegate with that held). Above it nothing;
-// below it only the broadcast queue's internal lock, a leaf. With mu held
+// below it only leaves: the broadcast queue's internal lock, and the log
+// limiter's (ratelog.go), taken when the state logs a refusal. With mu held
 // the package never calls the Sink, never calls a memberlist.Memberlist
 // method and never blocks on a channel; the push workers wait on a
 // condition variable of mu, and send with it released.
@@ -213,12 +214,14 @@ type Cluster struct {
 	pushesSent, pushErrors, pushDropped uint64
 	syncsOut, syncsIn                   uint64
 
-	numAlive                     atomic.Int64 // alive members incl. self; read by the queue
-	bytesIn, bytesOut            atomic.Uint64
-	msgsIn, statesIn, statesOut  atomic.Uint64
-	decodeErrs, deliveries, sErr atomic.Uint64
-	metaPushPulls                atomic.Uint64
-	lastDecodeWarn               atomic.Int64 // unix ns of the last decode warning
+	numAlive                    atomic.Int64 // alive members incl. self; read by the queue
+	bytesIn, bytesOut           atomic.Uint64
+	msgsIn, statesIn, statesOut atomic.Uint64
+	deliveries, sErr            atomic.Uint64
+	metaPushPulls               atomic.Uint64
+	rej                         rejections
+	// logLim rate-limits the log lines of refusals (ratelog.go).
+	logLim *logLimiter
 
 	deliverCh chan struct{} // 1-buffered wake-ups of the delivery goroutine
 	metaCh    chan struct{} // 1-buffered wake-ups of the meta gossip goroutine
@@ -289,7 +292,8 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	lg := cfg.Logger.With("component", "cluster", "node", cfg.NodeName)
+	logLim := newLogLimiter(cfg.Clock, rejectLogEvery)
+	lg := slog.New(rateHandler{cfg.Logger.Handler(), logLim}).With("component", "cluster", "node", cfg.NodeName)
 	if cfg.TombstoneTTL < cfg.DeadGrace {
 		// A node cut off for less than the grace keeps the records it had;
 		// if the tombstones that delete them expired meanwhile, it brings
@@ -304,6 +308,7 @@ func New(cfg Config) (*Cluster, error) {
 	c := &Cluster{
 		name:      cfg.NodeName,
 		log:       lg,
+		logLim:    logLim,
 		clock:     cfg.Clock,
 		sink:      cfg.Sink,
 		rejoin:    cfg.RejoinInterval,
@@ -349,7 +354,7 @@ func New(cfg Config) (*Cluster, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist")}, "", 0)
+	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject}, "", 0)
 	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = wireVersion, wireVersion, wireVersion
 	if cfg.MemberlistConfig != nil {
 		cfg.MemberlistConfig(mc)
@@ -368,6 +373,13 @@ func New(cfg Config) (*Cluster, error) {
 		}
 		mc.Transport = t
 	}
+	nat, ok := mc.Transport.(memberlist.NodeAwareTransport)
+	if !ok {
+		c.cancelStreams()
+		return nil, errors.New("cluster: the Transport must be a memberlist.NodeAwareTransport")
+	}
+	guard := newGuardTransport(nat, cfg.SecretKey, c.refuseInput)
+	mc.Transport = guard
 
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },
@@ -387,8 +399,10 @@ func New(cfg Config) (*Cluster, error) {
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		if t, ok := mc.Transport.(*abortableTransport); ok {
-			t.Shutdown()
+		if cfg.Transport == nil {
+			guard.Shutdown() // and the transport made here
+		} else {
+			guard.detach()
 		}
 		c.cancelStreams()
 		return nil, fmt.Errorf("cluster: start memberlist: %w", err)
@@ -738,6 +752,7 @@ func (c *Cluster) sweepLoop() {
 		if dirty {
 			c.wake(c.deliverCh)
 		}
+		c.logLim.flush()
 	}
 }
 
@@ -948,11 +963,17 @@ type Stats struct {
 	AcceptedFromSync         uint64 // remote updates applied from anti-entropy
 	Ignored                  uint64 // endpoint records of networks this node does not have
 	Stale                    uint64 // remote updates older than or equal to what we hold
-	Rejected                 uint64 // sum of the Rejected* counters
+	Rejected                 uint64 // sum of the Rejected* counters and DecodeErrors: all refusals but Stale (see Rejections)
 	RejectedForeignOwner     uint64
 	RejectedVTEP             uint64
 	RejectedNotMember        uint64 // owner gone past DeadGrace
-	DecodeErrors             uint64
+	RejectedDecrypt          uint64 // the Rejected* below: see Reason
+	RejectedPlain            uint64
+	RejectedCompressed       uint64
+	RejectedUnknownType      uint64
+	RejectedMisdirected      uint64
+	RejectedQueueFull        uint64
+	DecodeErrors             uint64 // malformed input: the plugin's messages, memberlist's, compounds, checksums
 	Retracted                uint64 // own records of an earlier incarnation tombstoned
 	Purged                   uint64 // records of nodes gone past DeadGrace removed
 	ExpiredTombstones        uint64
@@ -1029,8 +1050,15 @@ func (c *Cluster) Stats() Stats {
 	s.BroadcastsQueued = c.queue.NumQueued()
 	s.BytesSent, s.BytesReceived = c.bytesOut.Load(), c.bytesIn.Load()
 	s.MessagesReceived, s.StatesReceived, s.StatesSent = c.msgsIn.Load(), c.statesIn.Load(), c.statesOut.Load()
-	s.DecodeErrors = c.decodeErrs.Load()
-	s.Rejected = s.RejectedForeignOwner + s.RejectedVTEP + s.RejectedNotMember + s.DecodeErrors
+	s.RejectedDecrypt, s.RejectedPlain = c.rej[RejectDecrypt].Load(), c.rej[RejectPlain].Load()
+	s.RejectedCompressed, s.RejectedUnknownType = c.rej[RejectCompressed].Load(), c.rej[RejectUnknownType].Load()
+	s.RejectedMisdirected, s.RejectedQueueFull = c.rej[RejectMisdirected].Load(), c.rej[RejectQueueFull].Load()
+	s.DecodeErrors = c.rej[RejectMalformed].Load()
+	for name, v := range s.Rejections() {
+		if name != RejectStale.String() {
+			s.Rejected += v
+		}
+	}
 	s.Deliveries, s.SinkErrors = c.deliveries.Load(), c.sErr.Load()
 	s.MetaPushPulls = c.metaPushPulls.Load()
 	return s

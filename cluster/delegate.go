@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -180,17 +179,10 @@ func (s *state) aliveCount() int {
 	return n
 }
 
-// decodeError counts a malformed message; it is logged at warn at most
-// once a second per node (the rest at debug), since a peer with the wrong
-// software version could otherwise flood the log.
+// decodeError counts a malformed message and logs it, rate-limited: a
+// peer with the wrong software version could otherwise flood the log.
 func (c *Cluster) decodeError(what string, err error) {
-	c.decodeErrs.Add(1)
-	level := slog.LevelDebug
-	now := time.Now().UnixNano()
-	if last := c.lastDecodeWarn.Load(); now-last > int64(time.Second) && c.lastDecodeWarn.CompareAndSwap(last, now) {
-		level = slog.LevelWarn
-	}
-	c.log.Log(context.Background(), level, "malformed "+what+" ignored", "err", err)
+	c.reject(RejectMalformed, "malformed "+what+" ignored", "err", err)
 }
 
 // broadcast is one queued gossip message: one record. Named by its key, so
@@ -213,8 +205,28 @@ func (b *broadcast) Finished()       {}
 
 // mlLogWriter turns memberlist's "[LEVEL] memberlist: ..." lines into slog
 // records at that level. memberlist mostly writes [ERR] for errors, but
-// [ERROR] and "Err:" in a few places.
-type mlLogWriter struct{ log *slog.Logger }
+// [ERROR] and "Err:" in a few places. A line that reports refused input
+// (mlRefusals) is a refusal like the transport guard's: counted and logged
+// by reject, at a bounded rate.
+type mlLogWriter struct {
+	log    *slog.Logger
+	reject func(r Reason, msg string, args ...any)
+}
+
+// mlRefusals are the lines of memberlist v0.7.0 (net.go) about input that
+// passed the transport guard, which checks only memberlist's framing: a
+// message whose body does not decode, a ping for another node, a message
+// its full handler queue dropped. By what follows "memberlist: ".
+var mlRefusals = [...]struct {
+	prefix string
+	reason Reason
+}{
+	{"Failed to decode ", RejectMalformed}, // ping, indirect ping, ack, nack, suspect, alive, dead
+	{"Failed to receive user message", RejectMalformed},
+	{"Failed to read remote state", RejectMalformed},
+	{"Got ping for unexpected node", RejectMisdirected},
+	{"handler queue full", RejectQueueFull},
+}
 
 func (w *mlLogWriter) Write(p []byte) (int, error) {
 	s := string(bytes.TrimSpace(p))
@@ -231,6 +243,12 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 	}
 	if rest, ok := cutPrefix(s, "memberlist:"); ok {
 		s = rest
+	}
+	for _, r := range mlRefusals {
+		if strings.HasPrefix(s, r.prefix) {
+			w.reject(r.reason, "gossip input refused by memberlist", "err", s)
+			return len(p), nil
+		}
 	}
 	w.log.Log(context.Background(), level, s)
 	return len(p), nil

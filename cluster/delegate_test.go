@@ -43,3 +43,25 @@ func TestMemberlistLogLevels(t *testing.T) {
 		}
 	}
 }
+
+// memberlist's lines about input it refused become refusals, counted by
+// reason and logged at a bounded rate (not one ERROR line per datagram).
+func TestMemberlistRefusalLines(t *testing.T) {
+	var recs []slog.Record
+	var got []Reason
+	w := &mlLogWriter{log: slog.New(recordHandler{&recs}), reject: func(r Reason, _ string, _ ...any) { got = append(got, r) }}
+	l := log.New(w, "", 0)
+	for line, want := range map[string]Reason{
+		"[ERR] memberlist: Failed to decode ping request: EOF from=203.0.113.9:7947":        RejectMalformed,
+		"[ERR] memberlist: Failed to receive user message: EOF from=203.0.113.9:7947":       RejectMalformed,
+		"[ERR] memberlist: Failed to read remote state: EOF from=203.0.113.9:7947":          RejectMalformed,
+		"[WARN] memberlist: Got ping for unexpected node 'x' from=203.0.113.9:7947":         RejectMisdirected,
+		"[WARN] memberlist: handler queue full, dropping message (8) from=203.0.113.9:7947": RejectQueueFull,
+	} {
+		recs, got = nil, nil
+		l.Print(line)
+		if len(recs) != 0 || len(got) != 1 || got[0] != want {
+			t.Errorf("%q: logged %v, refusals %v; want the refusal %v alone", line, recs, got, want)
+		}
+	}
+}

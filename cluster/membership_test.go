@@ -14,7 +14,7 @@ import (
 func TestMembershipScopesRecords(t *testing.T) {
 	s := newTestState("b", "10.0.0.2", 1)
 	join(s, "a", "10.0.0.1", t0)
-	if s.apply(liveRec("net-x", "e1", "a", "10.0.0.1", "192.168.0.1", Version{10, 1}), srcPush, t0) || s.ignored != 1 {
+	if s.apply(liveRec("netx", "e1", "a", "10.0.0.1", "192.168.0.1", Version{10, 1}), srcPush, t0) || s.ignored != 1 {
 		t.Fatalf("record of a network this node lacks applied (ignored %d)", s.ignored)
 	}
 

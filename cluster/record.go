@@ -6,7 +6,9 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
 	"unique"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
@@ -136,22 +138,15 @@ const (
 )
 
 // validate checks a record from the network (or from Publish) before it may
-// enter the table.
+// enter the table. Network and endpoint ids follow peerdb.CheckID, the
+// driver's rule on every path, so the table holds nothing the driver
+// would refuse to delete (tombstones included); owner names follow New's.
 func (r *record) validate() error {
-	eidMax := maxIDLen
-	if r.Member {
-		eidMax = len(memberEID(r.Owner))
+	if err := peerdb.CheckID("network", r.NetworkID); err != nil {
+		return fmt.Errorf("record: %w", err)
 	}
-	for _, s := range [...]struct {
-		what, v string
-		max     int
-	}{{"network id", r.NetworkID, maxIDLen}, {"endpoint id", r.EndpointID, eidMax}, {"owner", r.Owner, maxIDLen}} {
-		if s.v == "" || len(s.v) > s.max {
-			return fmt.Errorf("record: %s length %d out of range [1,%d]", s.what, len(s.v), s.max)
-		}
-	}
-	if isMemberEID(r.Owner) {
-		return fmt.Errorf("record: owner %q starts with a NUL byte", r.Owner)
+	if r.Owner == "" || len(r.Owner) > maxIDLen || strings.ContainsFunc(r.Owner, unicode.IsControl) {
+		return fmt.Errorf("record: owner %q is not a node name", r.Owner)
 	}
 	if r.Member {
 		if r.EndpointID != memberEID(r.Owner) {
@@ -159,8 +154,8 @@ func (r *record) validate() error {
 		}
 		return nil
 	}
-	if isMemberEID(r.EndpointID) {
-		return fmt.Errorf("record: endpoint id %q starts with a NUL byte", r.EndpointID)
+	if err := peerdb.CheckID("endpoint", r.EndpointID); err != nil {
+		return fmt.Errorf("record: %w", err)
 	}
 	if r.Deleted {
 		return nil

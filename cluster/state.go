@@ -377,8 +377,8 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 	}
 	if r.endpoint() && m.vtep.IsValid() && r.vtep() != m.vtep {
 		s.rejectedVTEP++
-		s.log.Warn("record whose VTEP is not its owner's address rejected",
-			"owner", r.Owner, "ownerVTEP", m.vtep, "vtep", r.vtep(), "network", r.NetworkID, "endpoint", r.EndpointID)
+		s.log.Warn("record whose VTEP is not its owner's address rejected", "owner", r.Owner, "ownerVTEP", m.vtep,
+			"vtep", r.vtep(), "network", r.NetworkID, "endpoint", r.EndpointID, reasonKey, RejectVTEP.String())
 		return false
 	}
 	k := r.key()
@@ -387,8 +387,8 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		if cur.Owner != r.Owner {
 			if !s.ownerGone(cur.Owner, now) {
 				s.rejectedOwner++
-				s.log.Warn("record for an endpoint owned by another node rejected",
-					"network", r.NetworkID, "endpoint", r.EndpointID, "owner", cur.Owner, "claimant", r.Owner)
+				s.log.Warn("record for an endpoint owned by another node rejected", "network", r.NetworkID,
+					"endpoint", r.EndpointID, "owner", cur.Owner, "claimant", r.Owner, reasonKey, RejectOwnership.String())
 				return false
 			}
 			// The previous owner is gone for good: versions of two owners

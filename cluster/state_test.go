@@ -30,7 +30,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 const (
 	grace = 30 * time.Second
 	ttl   = 10 * time.Minute
-	netA  = "net-a"
+	netA  = "neta"
 )
 
 // newTestState is a state that has network netA, joined with the version
@@ -510,7 +510,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	recs := []*record{
 		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: hexID, Owner: "node-1", Version: Version{1 << 62, 7},
 			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00::2")}, MAC: mac(3), VTEP: unique.Make(netip.MustParseAddr("198.51.100.1"))},
-		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: "Not-Hex", Owner: "node-2", Version: Version{5, 1}, Deleted: true, DeletedAt: instantOf(t0.Add(-90 * time.Second))},
+		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: "NotHex", Owner: "node-2", Version: Version{5, 1}, Deleted: true, DeletedAt: instantOf(t0.Add(-90 * time.Second))},
 		{NetworkID: "other", EndpointID: "abc", Owner: "node-1", Version: Version{5, 2},
 			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}, MAC: mac(4), VTEP: unique.Make(netip.MustParseAddr("2001:db8::1"))},
 	}

@@ -254,7 +254,7 @@ func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
 	}
 	adopted := map[string]bool{}
 	for _, r := range nets {
-		n := &network{id: r.ID, vni: r.VNI, subnets: r.Subnets, endpoints: map[string]*endpoint{},
+		n := &network{id: r.ID, vni: r.VNI, subnets: r.Subnets, gateways: r.Gateways, endpoints: map[string]*endpoint{},
 			opts: netOptions{vni: r.VNI, mtu: r.MTUOption, encrypted: r.Encrypted, flood: r.Flood},
 			fdb:  map[netip.Addr]countmap.Map[hwaddr.MAC]{}, kick: make(chan struct{}, 1), gone: make(chan struct{})}
 		joined := 0

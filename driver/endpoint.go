@@ -49,7 +49,8 @@ func vethFor(eid string, mac hwaddr.MAC, mtu int) kernel.Veth {
 }
 
 // CreateEndpoint records the endpoint with the addresses swarm's IPAM chose
-// and assigns a MAC when Docker gives none.
+// and assigns a MAC when Docker gives none. What it refuses changes
+// nothing: the checks all come before the endpoint is stored.
 func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndpointResponse, error) {
 	if err := validID("endpoint", req.EndpointID); err != nil {
 		return nil, err
@@ -67,8 +68,10 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 		mac = macFor(addrs)
 	} else if mac, err = hwaddr.Parse(req.Interface.MacAddress); err != nil {
 		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrInvalid, req.EndpointID, err)
-	} else if mac.IsZero() || mac[0]&1 == 1 {
-		return nil, fmt.Errorf("%w: endpoint %s: MAC %s is not unicast", ErrInvalid, req.EndpointID, mac)
+	}
+	ep := &endpoint{id: req.EndpointID, mac: mac, addrs: addrs}
+	if err := (peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: mac, Local: true}).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 
 	n, err := d.mustLockNetwork(req.NetworkID)
@@ -76,15 +79,24 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 		return nil, err
 	}
 	defer n.mu.Unlock()
-	if _, ok := n.endpoints[req.EndpointID]; ok {
-		return nil, fmt.Errorf("%w: endpoint %s exists already in network %s", ErrConflict, req.EndpointID, n.id)
+	if _, ok := n.endpoints[ep.id]; ok {
+		return nil, fmt.Errorf("%w: endpoint %s exists already in network %s", ErrConflict, ep.id, n.id)
 	}
-	for _, a := range addrs {
-		if !slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a.Addr()) }) {
-			return nil, fmt.Errorf("%w: endpoint %s: address %s is in no subnet of network %s %v", ErrInvalid, req.EndpointID, a, n.id, n.subnets)
-		}
+	if p, ok := n.peers.Get(ep.id); ok && !p.Local {
+		return nil, fmt.Errorf("%w: endpoint id %s is held by a remote endpoint of network %s (on %s)", ErrConflict, ep.id, n.id, p.VTEP)
 	}
-	ep := &endpoint{id: req.EndpointID, mac: mac, addrs: addrs}
+	if err := n.checkAddrs(ep.ips()); err != nil {
+		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrInvalid, ep.id, err)
+	}
+	// Only local endpoints are compared. A remote endpoint may still hold
+	// one of these IPs: swarm hands an address out again soon after a task
+	// on another host released it, and that host's retraction may not
+	// have arrived yet. Refusing would fail a legitimate task; the peer db
+	// lets the local endpoint win the IP meanwhile (peerdb's winner), and
+	// the stale remote claim goes with its retraction, or with its owner.
+	if err := n.localClash(ep); err != nil {
+		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrConflict, ep.id, err)
+	}
 	if err := d.store.putEndpoint(n.id, ep); err != nil {
 		return nil, err
 	}
@@ -95,6 +107,23 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 		resp.Interface = &api.EndpointInterface{MacAddress: mac.String()}
 	}
 	return resp, nil
+}
+
+// localClash reports another local endpoint of the network holding one of
+// ep's IPs or its MAC: the bridge would deliver to either. Caller holds
+// n.mu.
+func (n *network) localClash(ep *endpoint) error {
+	for _, o := range n.endpoints {
+		if o.mac == ep.mac {
+			return fmt.Errorf("MAC %s is held by endpoint %s", ep.mac, o.id)
+		}
+		for _, ip := range ep.ips() {
+			if slices.Contains(o.ips(), ip) {
+				return fmt.Errorf("address %s is held by endpoint %s", ip, o.id)
+			}
+		}
+	}
+	return nil
 }
 
 // DeleteEndpoint forgets the endpoint, leaving first if Docker did not.
@@ -276,19 +305,28 @@ func macFor(addrs []netip.Prefix) hwaddr.MAC {
 	return m
 }
 
-// parseAddrs parses the CIDR addresses Docker gives an endpoint.
+// parseAddrs parses the CIDR addresses Docker gives an endpoint: an IPv4
+// one as Address, an IPv6 one as AddressIPv6 (an IPv4-mapped address is
+// IPv4), either may be empty, and neither a /0, which would put every
+// address on-link.
 func parseAddrs(v4, v6 string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, s := range []string{v4, v6} {
-		if s == "" {
+	for _, f := range [...]struct {
+		field, s string
+		is4      bool
+	}{{"Address", v4, true}, {"AddressIPv6", v6, false}} {
+		if f.s == "" {
 			continue
 		}
-		p, err := netip.ParsePrefix(s)
+		p, err := netip.ParsePrefix(f.s)
 		if err != nil {
-			return nil, fmt.Errorf("address %q: want address/prefix-length: %v", s, err)
+			return nil, fmt.Errorf("%s %q: want address/prefix-length: %v", f.field, f.s, err)
 		}
-		if (s == v4) != p.Addr().Is4() {
-			return nil, fmt.Errorf("address %q is in the wrong field", s)
+		if p.Addr().Is4() != f.is4 || p.Addr().Is4In6() {
+			return nil, fmt.Errorf("%s %q is in the wrong field: Address takes IPv4, AddressIPv6 IPv6", f.field, f.s)
+		}
+		if p.Bits() == 0 {
+			return nil, fmt.Errorf("%s %q: a /0 would put every address on-link", f.field, f.s)
 		}
 		out = append(out, p)
 	}

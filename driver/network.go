@@ -35,6 +35,9 @@ type network struct {
 	vni     uint32
 	opts    netOptions
 	subnets []netip.Prefix
+	// gateways are the pools' gateways, which no endpoint may claim
+	// (validate.go).
+	gateways []netip.Addr
 
 	endpoints map[string]*endpoint
 	// peers holds every endpoint of the network, local ones marked Local;
@@ -148,7 +151,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		return fmt.Errorf("%w: network %s: VNI %d is outside %d-%d (Docker's own overlay uses 4096 and up on the same port)",
 			ErrInvalid, req.NetworkID, opts.vni, vni.UserRange.Min, vni.UserRange.Max)
 	}
-	subnets, err := poolsOf(req.IPv4Data, req.IPv6Data)
+	subnets, gateways, err := poolsOf(req.IPv4Data, req.IPv6Data)
 	if err != nil {
 		return fmt.Errorf("%w: network %s: %v", ErrInvalid, req.NetworkID, err)
 	}
@@ -157,6 +160,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		vni:       opts.vni,
 		opts:      opts,
 		subnets:   subnets,
+		gateways:  gateways,
 		endpoints: map[string]*endpoint{},
 		fdb:       map[netip.Addr]countmap.Map[hwaddr.MAC]{},
 		kick:      make(chan struct{}, 1),
@@ -436,20 +440,30 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 	return nil
 }
 
-// poolsOf parses the IPAM pools Docker assigned to the network.
-func poolsOf(v4, v6 []*api.IPAMData) ([]netip.Prefix, error) {
-	var out []netip.Prefix
+// poolsOf parses the IPAM pools Docker assigned to the network, and their
+// gateways ("addr/len"; Docker leaves out a pool's gateway if it has none).
+func poolsOf(v4, v6 []*api.IPAMData) ([]netip.Prefix, []netip.Addr, error) {
+	var pools []netip.Prefix
+	var gateways []netip.Addr
 	for _, list := range [][]*api.IPAMData{v4, v6} {
 		for _, p := range list {
 			if p == nil {
-				return nil, errors.New("null IPAM data")
+				return nil, nil, errors.New("null IPAM data")
 			}
 			pfx, err := netip.ParsePrefix(p.Pool)
 			if err != nil {
-				return nil, fmt.Errorf("IPAM pool %q: %v", p.Pool, err)
+				return nil, nil, fmt.Errorf("IPAM pool %q: %v", p.Pool, err)
 			}
-			out = append(out, pfx.Masked())
+			pools = append(pools, pfx.Masked())
+			if p.Gateway == "" {
+				continue
+			}
+			gw, err := netip.ParsePrefix(p.Gateway)
+			if err != nil {
+				return nil, nil, fmt.Errorf("IPAM gateway %q: %v", p.Gateway, err)
+			}
+			gateways = append(gateways, gw.Addr().Unmap())
 		}
 	}
-	return out, nil
+	return pools, gateways, nil
 }

@@ -8,7 +8,9 @@ import (
 
 // AddPeer records a remote endpoint of a network and programs it if the
 // network has a sandbox here; otherwise it is replayed when the sandbox is
-// built. p is the caller's value: the driver keeps its own copy.
+// built. p is the caller's value: the driver keeps its own copy. It is
+// checked as CreateEndpoint checks a local one (validate.go); a refused
+// update leaves the peer's previous value.
 func (d *Driver) AddPeer(networkID string, p peerdb.Peer) error {
 	if p.Local {
 		return fmt.Errorf("%w: peer %s: only remote peers can be added", ErrInvalid, p.EndpointID)
@@ -23,6 +25,12 @@ func (d *Driver) AddPeer(networkID string, p peerdb.Peer) error {
 	defer n.mu.Unlock()
 	if _, local := n.endpoints[p.EndpointID]; local {
 		return fmt.Errorf("%w: endpoint %s is local to this host", ErrConflict, p.EndpointID)
+	}
+	// The same addresses as CreateEndpoint's. An IP a local endpoint holds
+	// is not refused: the peer db lets the local one win it (see
+	// CreateEndpoint).
+	if err := n.checkAddrs(p.IPs); err != nil {
+		return fmt.Errorf("%w: peer %s: %v", ErrInvalid, p.EndpointID, err)
 	}
 	changes, err := n.peers.Add(p)
 	if err != nil {

@@ -31,6 +31,9 @@ type netRecord struct {
 	Encrypted bool           `json:"encrypted,omitempty"`
 	Flood     bool           `json:"flood,omitempty"`
 	Subnets   []netip.Prefix `json:"subnets"`
+	// Gateways are the pools' gateways; a record of an earlier release
+	// has none.
+	Gateways []netip.Addr `json:"gateways,omitempty"`
 	// SandboxMTU is the MTU of the sandbox while it exists.
 	SandboxMTU int `json:"sandboxMTU,omitempty"`
 }
@@ -84,7 +87,7 @@ func (s store) put(bucket []byte, key string, v any) error {
 
 func (s store) putNetwork(n *network) error {
 	return s.put(bucketNetworks, n.id, netRecord{ID: n.id, VNI: n.vni, MTUOption: n.opts.mtu, Encrypted: n.opts.encrypted,
-		Flood: n.opts.flood, Subnets: n.subnets, SandboxMTU: n.mtu})
+		Flood: n.opts.flood, Subnets: n.subnets, Gateways: n.gateways, SandboxMTU: n.mtu})
 }
 
 func epKey(nid, eid string) string { return nid + "/" + eid }

@@ -103,8 +103,7 @@ var (
 	clAccepted = desc("gossip_records_accepted_total", "Remote record updates applied, by source (push: from their owner or by gossip; anti_entropy; push_pull).", "source")
 	clPushes   = desc("gossip_pushes_total", "Messages sent straight to a member (pushes and anti-entropy), by result (sent, failed, dropped: the member was gone).", "result")
 	clSyncs    = desc("gossip_anti_entropy_total", "Anti-entropy digest exchanges, by direction (started, received).", "direction")
-	clStale    = desc("gossip_records_stale_total", "Remote record updates older than or equal to what is held.")
-	clRejected = desc("gossip_records_rejected_total", "Remote records rejected, by reason.", "reason")
+	clRejected = desc("gossip_rejected_total", "Gossip input refused, by reason: decrypt, plain (plaintext in an encrypted cluster), compressed, unknown_type, malformed, misdirected (a ping for another node), queue_full (memberlist's handler queue), stale (no newer than what is held; duplicates are routine), ownership (an endpoint another node owns), vtep_mismatch, owner_gone.", "reason")
 	clOther    = map[string]*prometheus.Desc{
 		"retracted": desc("gossip_records_retracted_total", "Own records of an earlier incarnation tombstoned."),
 		"purged":    desc("gossip_records_purged_total", "Records of nodes gone past the dead grace removed."),
@@ -219,11 +218,9 @@ func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	counter(ch, clPushes, s.PushesDropped, "dropped")
 	counter(ch, clSyncs, s.SyncsSent, "started")
 	counter(ch, clSyncs, s.SyncsReceived, "received")
-	counter(ch, clStale, s.Stale)
-	counter(ch, clRejected, s.RejectedForeignOwner, "foreign_owner")
-	counter(ch, clRejected, s.RejectedVTEP, "vtep_mismatch")
-	counter(ch, clRejected, s.RejectedNotMember, "owner_gone")
-	counter(ch, clRejected, s.DecodeErrors, "malformed")
+	for reason, v := range s.Rejections() {
+		counter(ch, clRejected, v, reason)
+	}
 	for k, v := range map[string]uint64{"retracted": s.Retracted, "purged": s.Purged, "expired": s.ExpiredTombstones,
 		"dropped": s.PendingDropped, "epochs": s.EpochBumps, "delivered": s.Deliveries, "sinkErr": s.SinkErrors,
 		"metaPush": s.MetaPushPulls, "ignored": s.Ignored} {

@@ -42,7 +42,7 @@ func TestScrape(t *testing.T) {
 			}, {ID: "enc1", Refused: &driver.Refusal{Reason: "no secret", Count: 3}}}
 		},
 		Cluster: func() (cluster.Stats, bool) {
-			return cluster.Stats{MembersAlive: 3, Records: 7, BytesSent: 1000, RejectedVTEP: 2, MetaPushPulls: 4}, true
+			return cluster.Stats{MembersAlive: 3, Records: 7, BytesSent: 1000, RejectedVTEP: 2, RejectedCompressed: 5, MetaPushPulls: 4}, true
 		},
 		Encryption: func() (encryption.Status, bool) {
 			return encryption.Status{Own: make([]encryption.PublicKeyInfo, 2), Remotes: []encryption.RemoteStatus{
@@ -69,7 +69,9 @@ func TestScrape(t *testing.T) {
 		`overlay_plugin_gossip_members_alive 3`,
 		`overlay_plugin_gossip_records 7`,
 		`overlay_plugin_gossip_bytes_total{direction="sent"} 1000`,
-		`overlay_plugin_gossip_records_rejected_total{reason="vtep_mismatch"} 2`,
+		`overlay_plugin_gossip_rejected_total{reason="vtep_mismatch"} 2`,
+		`overlay_plugin_gossip_rejected_total{reason="compressed"} 5`,
+		`overlay_plugin_gossip_rejected_total{reason="decrypt"} 0`,
 		`overlay_plugin_gossip_meta_push_pulls_total 4`,
 		`overlay_plugin_encryption_supported 1`,
 		`overlay_plugin_encryption_own_generations 2`,

@@ -260,11 +260,11 @@ func TestPluginAPIBadInput(t *testing.T) {
 		// Bad endpoints.
 		{"CreateEndpoint no Interface", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", nil), "no Interface", 0},
 		{"CreateEndpoint no address", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{}), "no IPv4 or IPv6 address", 0},
-		{"CreateEndpoint address outside subnet", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "198.18.0.5/24"}), "address 198.18.0.5/24 is in no subnet of network net1", 0},
+		{"CreateEndpoint address outside subnet", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "198.18.0.5/24"}), "address 198.18.0.5 is in no subnet of network net1", 0},
 		{"CreateEndpoint address without prefix", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "203.0.113.4"}), "want address/prefix-length", 0},
 		{"CreateEndpoint IPv6 in IPv4 field", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "2001:db8::4/64"}), "wrong field", 0},
 		{"CreateEndpoint bad MAC", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "203.0.113.4/25", "MacAddress": "not-a-mac"}), "invalid MAC address", 0},
-		{"CreateEndpoint multicast MAC", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "203.0.113.4/25", "MacAddress": "01:00:5e:00:00:01"}), "is not unicast", 0},
+		{"CreateEndpoint multicast MAC", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", map[string]any{"Address": "203.0.113.4/25", "MacAddress": "01:00:5e:00:00:01"}), "is not a unicast address", 0},
 		{"CreateEndpoint exists", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep2", map[string]any{"Address": "203.0.113.3/25"}), "endpoint ep2 exists already", 0},
 
 		// Out-of-order calls.

@@ -362,7 +362,7 @@ func TestServeSecondInstance(t *testing.T) {
 func TestCLIAgainstServe(t *testing.T) {
 	in := startReady(t)
 	c := unixClient(in.cfg.Socket)
-	post(t, c, "http://plugin", "/NetworkDriver.CreateNetwork", createReq("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24")).ok(t, "CreateNetwork", nil)
+	post(t, c, "http://plugin", "/NetworkDriver.CreateNetwork", createReq("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24", "2001:db8::/64")).ok(t, "CreateNetwork", nil)
 	env := envOf(map[string]string{"OVERLAY_STATE_DIR": in.cfg.StateDir})
 
 	cli := func(args ...string) (int, string, string) {

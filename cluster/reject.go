@@ -1,0 +1,57 @@
+package cluster
+
+import (
+	"net"
+	"sync/atomic"
+)
+
+// Reason says why something from the network was refused.
+type Reason int
+
+const (
+	RejectDecrypt     Reason = iota // not decryptable with the cluster key (or encrypted, and the cluster has none)
+	RejectPlain                     // plaintext in an encrypted cluster
+	RejectCompressed                // memberlist-compressed: never sent by this cluster, a decompression bomb otherwise
+	RejectUnknownType               // a message type memberlist does not take there, or a memberlist label
+	RejectMalformed                 // does not decode (the plugin's messages, memberlist's, compounds, checksums)
+	RejectMisdirected               // a ping for another node name
+	RejectQueueFull                 // dropped by memberlist: its handler queue was full
+	RejectStale                     // a record no newer than the one held (duplicates are routine)
+	RejectOwnership                 // a record of an endpoint another node owns
+	RejectVTEP                      // a record whose VTEP is not its owner's address
+	RejectOwnerGone                 // a record of a node gone past the dead grace
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"decrypt", "plain", "compressed", "unknown_type", "malformed", "misdirected",
+	"queue_full", "stale", "ownership", "vtep_mismatch", "owner_gone"}
+
+func (r Reason) String() string { return reasonNames[r] }
+
+// rejections counts the refusals made outside the state (which counts its
+// own under Cluster.mu): by the transport guard, the decoder, memberlist.
+type rejections [numReasons]atomic.Uint64
+
+func (r *rejections) add(reason Reason) { r[reason].Add(1) }
+
+// reject counts one refusal and logs it with its reason, which the log
+// handler rate-limits per reason (ratelog.go).
+func (c *Cluster) reject(r Reason, msg string, args ...any) {
+	c.rej.add(r)
+	c.log.Warn(msg, append(args, reasonKey, r.String())...)
+}
+
+// refuseInput is the transport guard's report.
+func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
+	c.reject(r.reason, "gossip "+what+" refused", "from", from, "err", r.err)
+}
+
+// Rejections returns every reason's count, by name, zeros included.
+func (s Stats) Rejections() map[string]uint64 {
+	out := make(map[string]uint64, numReasons)
+	for r, v := range [numReasons]uint64{s.RejectedDecrypt, s.RejectedPlain, s.RejectedCompressed, s.RejectedUnknownType,
+		s.DecodeErrors, s.RejectedMisdirected, s.RejectedQueueFull, s.Stale, s.RejectedForeignOwner, s.RejectedVTEP, s.RejectedNotMember} {
+		out[Reason(r).String()] = v
+	}
+	return out
+}
