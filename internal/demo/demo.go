@@ -123,14 +123,18 @@ func (r *run) preflight(ctx context.Context) error {
 	if err := testbed.SweepStale(); err != nil {
 		r.out.say("%s", r.out.paint(yellow, "removing what killed runs left: "+err.Error()))
 	}
-	if bin := os.Getenv("OVERLAY_PLUGIN_BIN"); bin != "" {
-		r.out.step("Using the plugin binary %s (OVERLAY_PLUGIN_BIN)", bin)
-	} else {
+	given := os.Getenv("OVERLAY_PLUGIN_BIN") != ""
+	if !given {
 		r.out.step("Building the plugin (go build ./cmd/overlay-plugin)")
 	}
 	var err error
-	r.bin, err = testbed.PluginBinary()
-	return err
+	if r.bin, err = testbed.PluginBinary(); err != nil {
+		return err
+	}
+	if given {
+		r.out.step("Using the plugin binary %s (OVERLAY_PLUGIN_BIN)", r.bin)
+	}
+	return nil
 }
 
 // summary prints the pings' tally and the time taken.
