@@ -18,11 +18,14 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/overlay-plugin
 
-# The main job: three hosts (network namespaces) on this machine, each
-# running the real plugin with gossip, a network, a container per host
-# reaching every other across hosts; everything is removed on exit (root).
-demo: build
-	bash scripts/demo.sh
+# The main job (internal/demo): three hosts (network namespaces) on this
+# machine, each running the real plugin with gossip, a network, a container
+# per host reaching every other across hosts; everything is removed on exit
+# (root). DEMO_ARGS=--keep pauses before cleaning up. The plugin is the
+# `build` one, or OVERLAY_PLUGIN_BIN when set (then it is not built).
+demo: $(if $(OVERLAY_PLUGIN_BIN),,build)
+	CGO_ENABLED=0 $(GO) build -o bin/demo ./internal/demo/cmd
+	OVERLAY_PLUGIN_BIN=$(or $(OVERLAY_PLUGIN_BIN),$(CURDIR)/$(BIN)) bin/demo $(DEMO_ARGS)
 
 # The whole suite, every layer: the Go tests, the VM, the Docker swarm
 # (scripts/test.sh; TEST_LAYERS="go vm docker" selects). Root: without it

@@ -2,8 +2,8 @@
 # scripts/test.sh: the whole test suite, what `make test` runs, layer by layer:
 #   go      go vet, then go test -race over every package: unit tests on the
 #           fake kernel, concurrency stress, privileged tests in throwaway
-#           namespaces, multi-host and gossip tests with the real binary,
-#           the 10-host scale run (make test-go)
+#           namespaces, multi-host and gossip tests and the demo with the
+#           real binary, the 10-host scale run (make test-go)
 #   vm      the IPsec data path on Debian's stock kernel under qemu, since
 #           this machine's kernel has no ESP (make test-vm)
 #   docker  a real Docker engine and two-node swarm, each dockerd in a

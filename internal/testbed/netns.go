@@ -147,6 +147,22 @@ func killPids(pids []int) {
 	}
 }
 
+// Namespaces lists the namespaces of this process (named with Prefix)
+// that exist now.
+func Namespaces() ([]string, error) {
+	entries, err := os.ReadDir(netnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), runPrefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, err
+}
+
 // Sweep deletes every namespace whose name starts with this process's
 // Prefix, killing (by PID) the processes still inside. For a TestMain's
 // exit path, after a crash or a forgotten Cleanup.

@@ -42,15 +42,9 @@ func requireTestbed(t *testing.T) {
 
 func ourNamespaces(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir(netnsDir)
-	if err != nil && !os.IsNotExist(err) {
+	out, err := Namespaces()
+	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), Prefix()) {
-			out = append(out, e.Name())
-		}
 	}
 	return out
 }

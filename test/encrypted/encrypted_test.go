@@ -45,8 +45,6 @@ package encrypted
 
 import (
 	"cmp"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -358,9 +356,7 @@ func setup(t *testing.T) *suite {
 		t.Fatalf("underlay: %v", err)
 	}
 	secret := filepath.Join(s.bed.Dir(), "cluster-secret")
-	key := make([]byte, encryption.SecretLen)
-	_, _ = rand.Read(key)
-	if err := os.WriteFile(secret, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+	if err := testbed.WriteSecret(secret); err != nil {
 		t.Fatal(err)
 	}
 	seed := s.topo.Hosts[0].Underlay

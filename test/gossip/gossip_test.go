@@ -15,8 +15,6 @@ package gossip
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -181,17 +179,6 @@ func slotAddrs(i int) []netip.Prefix {
 	}
 }
 
-// writeSecret writes a fresh base64 32-byte key, newline-terminated as
-// `head -c 32 /dev/urandom | base64` writes it.
-func writeSecret(t *testing.T, path string) {
-	t.Helper()
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // newCluster starts a plugin with gossip on every host, tells each plugin
 // what dockerd would, allocates the network on h1 (the swarm leader) and
 // creates it on every host. No endpoint exists yet.
@@ -216,8 +203,11 @@ func newCluster(t *testing.T, o options) *gcluster {
 	var shared, odd string
 	if o.secret {
 		shared, odd = filepath.Join(bed.Dir(), "secret"), filepath.Join(bed.Dir(), "secret-other")
-		writeSecret(t, shared)
-		writeSecret(t, odd)
+		for _, path := range []string{shared, odd} {
+			if err := testbed.WriteSecret(path); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	seed := topo.Hosts[0].Underlay
 	for i, h := range topo.Hosts {
