@@ -18,7 +18,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/vishvananda/netns"
 	"go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
@@ -28,6 +27,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
 	"github.com/overlay-plugin/overlay-plugin/servicewatch"
+	"github.com/overlay-plugin/overlay-plugin/statedb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
@@ -143,16 +143,13 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	serverErrs := make(chan error, 3)
 	pluginSrv := startServer(pl, plugin, serverErrs, "plugin API", deps.readTimeout)
 
-	// 2. The state database. bbolt locks the file: a second instance on the
-	// same state directory fails here.
+	// 2. The state database. A damaged or newer one stops the plugin here,
+	// before anything is removed on its word (see statedb); bbolt locks the
+	// file, so a second instance on the same state directory fails too.
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("state directory: %w", err), pluginSrv)
 	}
-	dbPath := filepath.Join(cfg.StateDir, stateDBName)
-	db, err := bbolt.Open(dbPath, 0o600, &bbolt.Options{Timeout: deps.lockWait})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		err = fmt.Errorf("%s is locked: another overlay-plugin instance is using state directory %s (give each instance its own --state-dir)", dbPath, cfg.StateDir)
-	}
+	db, err := statedb.Open(filepath.Join(cfg.StateDir, stateDBName), statedb.Options{LockWait: deps.lockWait, Logger: log})
 	if err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("open state database: %w", err), pluginSrv)
 	}
