@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,8 @@ import (
 type fakeEncryption struct {
 	unsupported error
 	resumed     bool
+	// inherited are the VNIs the previous run's firewall rules guard.
+	inherited []uint32
 	// mu guards refs and vnis. Leaf lock, taken under network locks.
 	mu   sync.Mutex
 	refs countmap.Map[netip.Addr]
@@ -30,6 +33,9 @@ func newFakeEncryption() *fakeEncryption {
 
 func (f *fakeEncryption) Supported() error { return f.unsupported }
 func (f *fakeEncryption) Resumed() bool    { return f.resumed }
+func (f *fakeEncryption) Inherited(v uint32) bool {
+	return slices.Contains(f.inherited, v)
+}
 func (f *fakeEncryption) EnableVNI(v uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -80,7 +80,8 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 		return nil, fmt.Errorf("%w: endpoint %s exists already in network %s", ErrConflict, req.EndpointID, n.id)
 	}
 	for _, a := range addrs {
-		if !slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a.Addr()) }) {
+		// An adopted network's subnets are unknown until Docker creates it again.
+		if !n.adopted && !slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a.Addr()) }) {
 			return nil, fmt.Errorf("%w: endpoint %s: address %s is in no subnet of network %s %v", ErrInvalid, req.EndpointID, a, n.id, n.subnets)
 		}
 	}
@@ -100,6 +101,11 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 // DeleteEndpoint forgets the endpoint, leaving first if Docker did not.
 func (d *Driver) DeleteEndpoint(req *api.DeleteEndpointRequest) error {
 	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if errors.Is(err, ErrNotFound) {
+		if ok, ferr := d.forgetUnknown(req.NetworkID, req.EndpointID); ok {
+			return ferr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -198,6 +204,11 @@ const routeConnected = 1
 // Leave disconnects the endpoint; the last Leave removes the sandbox.
 func (d *Driver) Leave(req *api.LeaveRequest) error {
 	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if errors.Is(err, ErrNotFound) {
+		if ok, ferr := d.forgetUnknown(req.NetworkID, req.EndpointID); ok {
+			return ferr
+		}
+	}
 	if err != nil {
 		return err
 	}

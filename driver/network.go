@@ -57,6 +57,16 @@ type network struct {
 	// for its sandbox (EnableVNI). False for a sandbox adopted from the
 	// previous run until SetEncryption settles it; its peers wait.
 	guarded bool
+	// adopted: taken over from the kernel without a record, so its
+	// subnets and options are unknown until Docker creates it again.
+	adopted bool
+	// partial: the plugin's record of the network's endpoints may be
+	// incomplete (adopted, or an endpoint record was unreadable), so
+	// Docker's calls for endpoints it does not know succeed.
+	partial bool
+	// strays are sandbox ends of veths attached to containers of no known
+	// endpoint (restore.go); each counts in joined.
+	strays map[string]bool
 	// services are the network's service VIPs as Docker lists them, and
 	// svcEndpoints the endpoints of their tasks (services.go).
 	services     []Service
@@ -158,7 +168,10 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 	defer n.mu.Unlock()
 	for {
 		if old := d.lockNetwork(n.id); old != nil {
-			old.mu.Unlock()
+			defer old.mu.Unlock()
+			if old.adopted {
+				return d.mergeAdopted(old, n)
+			}
 			return fmt.Errorf("%w: network %s exists already", ErrConflict, n.id)
 		}
 		d.mu.Lock()
@@ -323,7 +336,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 			d.log.Warn("remove firewall rules", "network", n.id, "err", err)
 		}
 	}
-	n.sandbox, n.joined, n.mtu, n.guarded = "", 0, 0, false
+	n.sandbox, n.joined, n.mtu, n.guarded, n.strays = "", 0, 0, false, nil
 	clear(n.fdb)
 	if err := d.store.putNetwork(n); err != nil {
 		d.log.Warn("persist network", "network", n.id, "err", err)

@@ -75,6 +75,35 @@ type FDBEntry struct {
 	VTEP netip.Addr
 }
 
+// SandboxInfo is what a sandbox holds, read back from the kernel: enough
+// to take over one whose network the plugin has no record of.
+type SandboxInfo struct {
+	// Spec is the sandbox as built: VNI, port and local address from its
+	// VXLAN device, MTU from its bridge.
+	Spec SandboxSpec
+	// Veths are the sandbox ends of its veth pairs.
+	Veths []SandboxVeth
+}
+
+// SandboxVeth is the sandbox end of a veth pair.
+type SandboxVeth struct {
+	Name string
+	// Attached: the other end has left the host namespace, into a
+	// container's. One still in the host namespace carries no container.
+	Attached bool
+}
+
+// Attached counts the veths whose other end is in a container.
+func (i SandboxInfo) Attached() int {
+	n := 0
+	for _, v := range i.Veths {
+		if v.Attached {
+			n++
+		}
+	}
+	return n
+}
+
 // Kernel programs the data path.
 type Kernel interface {
 	// CreateSandbox builds a namespace with bridge BridgeName and VXLAN
@@ -87,6 +116,8 @@ type Kernel interface {
 	// Sandboxes lists the sandboxes that exist, including ones left by a
 	// previous run.
 	Sandboxes() ([]string, error)
+	// Inspect reads back what the sandbox holds.
+	Inspect(sandbox string) (SandboxInfo, error)
 	// RemoveLeftovers deletes every sandbox for which keep (if not nil)
 	// returns false, and every host-side VXLAN or veth device of ours that a
 	// previous run left behind. Called once at start, before any sandbox is

@@ -62,6 +62,9 @@ type NetlinkConfig struct {
 type Netlink struct {
 	dir  string
 	host *netlink.Handle // rtnetlink socket in the host namespace; safe for concurrent use
+	// hostNS is the host namespace (a dup of its handle), for telling a
+	// veth whose other end is there from one moved into a container.
+	hostNS int
 
 	// seq numbers temporary host-side VXLAN names, so concurrent
 	// CreateSandbox calls never collide.
@@ -129,7 +132,12 @@ func NewNetlink(cfg NetlinkConfig) (*Netlink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlink kernel: open netlink socket in host namespace: %w", err)
 	}
-	return &Netlink{dir: dir, host: h, sandboxes: map[string]*sandbox{}}, nil
+	hostFD, err := unix.FcntlInt(uintptr(hostNS), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("netlink kernel: keep the host namespace: %w", err)
+	}
+	return &Netlink{dir: dir, host: h, hostNS: hostFD, sandboxes: map[string]*sandbox{}}, nil
 }
 
 // Close releases the host handle and every cached sandbox handle. It does
@@ -143,6 +151,7 @@ func (n *Netlink) Close() error {
 		n.release(sb)
 	}
 	n.host.Close()
+	unix.Close(n.hostNS)
 	return nil
 }
 
@@ -654,6 +663,50 @@ func (n *Netlink) Sandboxes() ([]string, error) {
 		}
 	}
 	return names, nil // ReadDir sorts by name
+}
+
+// Inspect implements Kernel. A veth's other end is in the host namespace
+// when the link's peer namespace id is the host's as the sandbox numbers
+// it (ids are per namespace); any other id is a container's.
+func (n *Netlink) Inspect(name string) (SandboxInfo, error) {
+	sb, err := n.sandbox(name)
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("inspect: %w", err)
+	}
+	defer n.release(sb)
+	// Listing first: the kernel numbers the peer namespaces as it reports
+	// them, the host's included.
+	links, err := sb.h.LinkList()
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("inspect sandbox %q: list links: %w", name, classify(err))
+	}
+	hostID, err := sb.h.GetNetNsIdByFd(n.hostNS)
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("inspect sandbox %q: host namespace id: %w", name, err)
+	}
+	info := SandboxInfo{Spec: SandboxSpec{Name: name}}
+	for _, l := range links {
+		a := l.Attrs()
+		switch v := l.(type) {
+		case *netlink.Vxlan:
+			if a.Name == VXLANName {
+				info.Spec.VNI, info.Spec.Port = uint32(v.VxlanId), uint16(v.Port)
+				if ip, ok := netip.AddrFromSlice(v.SrcAddr); ok {
+					info.Spec.Local = ip.Unmap()
+				}
+			}
+		case *netlink.Bridge:
+			if a.Name == BridgeName {
+				info.Spec.MTU = a.MTU
+			}
+		case *netlink.Veth:
+			info.Veths = append(info.Veths, SandboxVeth{Name: a.Name, Attached: a.NetNsID >= 0 && a.NetNsID != hostID})
+		}
+	}
+	if info.Spec.VNI == 0 || info.Spec.MTU == 0 {
+		return SandboxInfo{}, fmt.Errorf("inspect sandbox %q: no %s with a VNI or no %s: %w", name, VXLANName, BridgeName, ErrNotFound)
+	}
+	return info, nil
 }
 
 // RemoveLeftovers implements Kernel.

@@ -310,14 +310,10 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 		release()
 		return nil, nil, err
 	}
-	// Encrypted sandboxes are kept if the previous run published keys this
-	// one may take over (see keysToResume).
-	_, keys, err := loadKeys(db)
-	if err != nil {
-		log.Warn("stored public keys unreadable: encrypted sandboxes of the previous run will be removed", "err", err)
-	}
+	// With a secret, the encryption side is connected once the control
+	// plane starts (startControlPlane).
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
-		VXLANPort: cfg.VXLANPort, ResumeEncrypted: cfg.SecretFile != "" && cfg.GossipPort != 0 && len(keys) > 0,
+		VXLANPort: cfg.VXLANPort, ExpectEncryption: cfg.SecretFile != "" && cfg.GossipPort != 0,
 		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, Logger: log})
 	if err != nil {
 		release()

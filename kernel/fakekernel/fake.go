@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/faults"
@@ -71,7 +72,9 @@ type Kernel struct {
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
 	hostLinks map[string]string // host-end veth name -> sandbox
-	vnis      map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
+	// moved are host ends moved into a container (MoveToContainer).
+	moved map[string]bool
+	vnis  map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
 
 	faults faults.Injector[Op] // locks itself, a leaf
 }
@@ -81,8 +84,33 @@ func New() *Kernel {
 	return &Kernel{
 		sandboxes: map[string]*Sandbox{},
 		hostLinks: map[string]string{},
+		moved:     map[string]bool{},
 		vnis:      map[uint32]string{},
 	}
+}
+
+// MoveToContainer does what Docker does with a joined veth's host end:
+// Inspect reports its pair attached from then on.
+func (k *Kernel) MoveToContainer(hostName string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.moved[hostName] = true
+}
+
+// Inspect reports the sandbox's spec and its veths.
+func (k *Kernel) Inspect(name string) (kernel.SandboxInfo, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(name)
+	if err != nil {
+		return kernel.SandboxInfo{}, err
+	}
+	info := kernel.SandboxInfo{Spec: s.Spec}
+	for _, v := range s.Veths {
+		info.Veths = append(info.Veths, kernel.SandboxVeth{Name: v.SandboxName, Attached: k.moved[v.HostName]})
+	}
+	slices.SortFunc(info.Veths, func(a, b kernel.SandboxVeth) int { return strings.Compare(a.Name, b.Name) })
+	return info, nil
 }
 
 // SetFault installs a hook consulted before every mutating operation; a
@@ -184,6 +212,7 @@ func (k *Kernel) DeleteSandbox(name string) error {
 	return k.mutate(OpDeleteSandbox, name, func(s *Sandbox) error {
 		for _, v := range s.Veths {
 			delete(k.hostLinks, v.HostName)
+			delete(k.moved, v.HostName)
 		}
 		delete(k.vnis, s.Spec.VNI)
 		delete(k.sandboxes, name)
@@ -211,6 +240,7 @@ func (k *Kernel) RemoveLeftovers(keep func(string) bool) error {
 		}
 		for _, v := range s.Veths {
 			delete(k.hostLinks, v.HostName)
+			delete(k.moved, v.HostName)
 		}
 		delete(k.vnis, s.Spec.VNI)
 		delete(k.sandboxes, name)
@@ -240,6 +270,7 @@ func (k *Kernel) DeleteVeth(sandbox, sandboxName string) error {
 		}
 		delete(s.Veths, sandboxName)
 		delete(k.hostLinks, v.HostName)
+		delete(k.moved, v.HostName)
 		return nil
 	})
 }
