@@ -185,6 +185,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("restore the previous run's networks: %w", err)
 	}
+	d.recoverVNIs()
 	if err := cfg.Kernel.RemoveLeftovers(func(name string) bool { return keep[name] }); err != nil {
 		return nil, fmt.Errorf("remove leftovers of a previous run: %w", err)
 	}

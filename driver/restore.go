@@ -121,6 +121,17 @@ func (d *Driver) restore(expectEncryption bool) (map[string]bool, error) {
 	return keep, nil
 }
 
+// recoverVNIs records the VNI of every restored or adopted network in the
+// VNI table, should this host be or become the leader: a table lost with
+// the state database must not hand them out again.
+func (d *Driver) recoverVNIs() {
+	for id, n := range d.networks {
+		if err := d.vnis.Recover(id, n.vni); err != nil {
+			d.log.Error("VNI of a network running here conflicts with the VNI table", "network", id, "vni", n.vni, "err", err)
+		}
+	}
+}
+
 func newNetwork(id string, vni uint32, opts netOptions, subnets []netip.Prefix) *network {
 	return &network{id: id, vni: vni, opts: opts, subnets: subnets, endpoints: map[string]*endpoint{},
 		fdb: map[netip.Addr]countmap.Map[hwaddr.MAC]{}}

@@ -165,3 +165,26 @@ func TestAdoptedPresumedEncrypted(t *testing.T) {
 		}
 	}
 }
+
+// TestAdoptedVNINotHandedOut: the VNI of a sandbox adopted with the state
+// lost is recorded in the VNI table before anything is allocated.
+func TestAdoptedVNINotHandedOut(t *testing.T) {
+	k := fakekernel.New()
+	k.AddLeftover(kernel.SandboxSpec{Name: "lost", VNI: 256, Port: 4789, Local: localVTEP, MTU: 1450})
+	runningContainer(t, k, "lost", "c1c1c1c1c1c1c1")
+	d := newTestDriver(t, k)
+	resp, err := d.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: "fresh"})
+	must(t, err)
+	if resp.Options[OptVNI] == "256" {
+		t.Fatal("the adopted network's VNI was handed out again")
+	}
+	if _, err := d.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: "other", Options: map[string]string{OptVNI: "256"}}); err == nil {
+		t.Fatal("the adopted network's VNI was reserved for another network")
+	}
+	// A new leader re-allocating the adopted network keeps its VNI.
+	resp, err = d.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: "lost", Options: map[string]string{OptVNI: "256"}})
+	must(t, err)
+	if resp.Options[OptVNI] != "256" {
+		t.Fatalf("re-allocated with %v", resp.Options)
+	}
+}

@@ -183,13 +183,31 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		log.Info("serving metrics", "addr", ml.Addr())
 	}
 
-	// 4. The driver, which removes what a previous run left in the kernel.
-	drv, release, err := buildDriver(cfg, deps, db, log)
+	// 4. The driver, which adopts what a previous run left in the kernel
+	// and removes its provable leftovers.
+	drv, vnis, release, err := buildDriver(cfg, deps, db, log)
 	if err != nil {
 		g.fail(err)
 		return stopServers(log, g, deps, err, servers...)
 	}
 	closers = append(closers, release)
+	// The VNIs a lost state held, from the engine, before any is handed
+	// out (vnirecovery.go).
+	vniCtx, stopVNIs := context.WithCancel(ctx)
+	defer stopVNIs()
+	vniDone := make(chan struct{})
+	if cfg.DockerSocket != "" {
+		releaseVNIs := vnis.Hold(vniHoldWait)
+		engine := dockerengine.New(cfg.DockerSocket)
+		go func() {
+			defer close(vniDone)
+			defer engine.Close()
+			recoverVNIs(vniCtx, engine, vnis, releaseVNIs, log)
+		}()
+	} else {
+		close(vniDone)
+		log.Info("no Docker socket: VNI allocations known only from this host's own state")
+	}
 	g.setDriver(drv)
 	log.Info("overlay plugin ready")
 
@@ -271,6 +289,8 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	stopResync()
 	<-resyncDone
 	<-svcDone
+	stopVNIs()
+	<-vniDone
 	cp := cps.get()
 	if cp != nil {
 		cp.stopGossip(log)
@@ -287,7 +307,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 
 // buildDriver builds the kernel, underlay, VNI table and driver. release
 // frees the kernel and underlay handles (after Driver.Close).
-func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger) (*driver.Driver, func(), error) {
+func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger) (*driver.Driver, *vni.Allocator, func(), error) {
 	var releases []func()
 	release := func() {
 		for i := len(releases) - 1; i >= 0; i-- {
@@ -296,19 +316,19 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 	}
 	k, rk, err := deps.newKernel(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kernel data path: %w", err)
+		return nil, nil, nil, fmt.Errorf("kernel data path: %w", err)
 	}
 	releases = append(releases, rk)
 	u, ru, err := deps.newUnderlay(cfg)
 	if err != nil {
 		release()
-		return nil, nil, fmt.Errorf("underlay: %w", err)
+		return nil, nil, nil, fmt.Errorf("underlay: %w", err)
 	}
 	releases = append(releases, ru)
 	vnis, err := vni.Open(db, vni.DefaultRange)
 	if err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// With a secret, the encryption side is connected once the control
 	// plane starts (startControlPlane).
@@ -317,9 +337,9 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, Logger: log})
 	if err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return drv, release, nil
+	return drv, vnis, release, nil
 }
 
 // startServer serves h on l in the background; a failure of Serve other
