@@ -670,6 +670,11 @@ func (n *Netlink) Sandboxes() ([]string, error) {
 // it (ids are per namespace); any other id is a container's.
 func (n *Netlink) Inspect(name string) (SandboxInfo, error) {
 	sb, err := n.sandbox(name)
+	if errors.Is(err, errNotNetns) {
+		// A mount point whose namespace is gone (with the mount namespace
+		// of the run that made it): nothing is there.
+		return SandboxInfo{}, fmt.Errorf("inspect: %w: %w", ErrNotFound, err)
+	}
 	if err != nil {
 		return SandboxInfo{}, fmt.Errorf("inspect: %w", err)
 	}
