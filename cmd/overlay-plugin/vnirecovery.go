@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -59,6 +61,12 @@ func recoverVNIs(ctx context.Context, engine networkLister, vnis *vni.Allocator,
 				n++
 			}
 			log.Info("VNI allocations recovered from the Docker engine", "networks", n)
+			return
+		}
+		// Only a request that reached no engine is worth repeating: one
+		// the engine refused (an old engine, a stand-in) stays refused.
+		if !errors.As(err, new(*url.Error)) {
+			log.Warn("the Docker engine lists no networks: VNI allocations known only from this host's own state", "err", err)
 			return
 		}
 		t := time.NewTimer(wait)

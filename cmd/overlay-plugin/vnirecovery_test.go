@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net/url"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,10 @@ type engineStub struct {
 
 func (e *engineStub) Networks(context.Context) ([]dockerengine.Network, error) {
 	if e.calls.Add(1) <= e.fails {
-		return nil, errors.New("connection refused")
+		return nil, &url.Error{Op: "Get", URL: "http://docker/networks", Err: errors.New("connection refused")}
+	}
+	if e.nets == nil {
+		return nil, errors.New("docker /networks: HTTP 404")
 	}
 	return e.nets, nil
 }
@@ -80,5 +84,19 @@ func TestRecoverVNIsEngineUnreachable(t *testing.T) {
 	recoverVNIs(ctx, &engineStub{fails: 1 << 30}, vnis, vnis.Hold(time.Minute), testLogger(t))
 	if _, err := vnis.Allocate("new"); err != nil {
 		t.Fatalf("Allocate after a failed recovery: %v", err)
+	}
+}
+
+// TestRecoverVNIsEngineRefuses: an engine that answers without a list
+// ends the hold at once.
+func TestRecoverVNIsEngineRefuses(t *testing.T) {
+	vnis := testVNIs(t)
+	engine := &engineStub{}
+	recoverVNIs(context.Background(), engine, vnis, vnis.Hold(time.Minute), testLogger(t))
+	if n := engine.calls.Load(); n != 1 {
+		t.Fatalf("asked %d times, want once", n)
+	}
+	if _, err := vnis.Allocate("new"); err != nil {
+		t.Fatalf("Allocate after a refused recovery: %v", err)
 	}
 }
