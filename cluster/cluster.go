@@ -54,7 +54,10 @@
 // memberlist's push/pull. Nodes that fail or leave keep their records for
 // DeadGrace, then every node drops them locally. Every RejoinInterval the
 // node re-joins seeds, Docker's node hints and former members that are not
-// alive, which heals partitions and restarts.
+// alive; every ProbeInterval it pings a few former members that are gone
+// and joins those that answer, so a healed partition is noticed within
+// about a second (rejoin.go). A member back from gone gets a push/pull
+// and a digest exchange of the networks both have at once.
 //
 // # Delivery
 //
@@ -170,6 +173,9 @@ type Cluster struct {
 	sweepInt time.Duration
 	rejoin   time.Duration
 	syncInt  time.Duration
+	// probeInt is memberlist's ProbeInterval: how often gone members are
+	// pinged (reconnectLoop).
+	probeInt time.Duration
 	// meta is the memberlist node meta: VTEP, start epoch and node data.
 	// Atomic: memberlist reads it under its own locks.
 	meta     atomic.Pointer[[]byte]
@@ -192,7 +198,7 @@ type Cluster struct {
 	// report it: metaLoop checks that an update took.
 	ownMeta []byte
 	// comebacks are the addresses of members that came back from gone,
-	// for a push/pull by the rejoin goroutine.
+	// for a push/pull by the reconnect goroutine.
 	comebacks map[string]bool
 	// The pushes (push.go): an outbox per member with something due,
 	// those gathering over pushDelay (waiting), those due to a worker
@@ -219,6 +225,7 @@ type Cluster struct {
 	deliverCh chan struct{} // 1-buffered wake-ups of the delivery goroutine
 	metaCh    chan struct{} // 1-buffered wake-ups of the meta gossip goroutine
 	joinCh    chan struct{} // 1-buffered wake-ups of the rejoin goroutine
+	backCh    chan struct{} // 1-buffered wake-ups of the reconnect goroutine
 	syncCh    chan struct{} // 1-buffered wake-ups of the anti-entropy goroutine
 	stop      chan struct{}
 	// streams ends the TCP streams of this node's memberlist transport
@@ -299,6 +306,7 @@ func New(cfg Config) (*Cluster, error) {
 		deliverCh: make(chan struct{}, 1),
 		metaCh:    make(chan struct{}, 1),
 		joinCh:    make(chan struct{}, 1),
+		backCh:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
 	c.streams, c.cancelStreams = context.WithCancel(context.Background())
@@ -364,6 +372,7 @@ func New(cfg Config) (*Cluster, error) {
 		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },
 		RetransmitMult: mc.RetransmitMult,
 	}
+	c.probeInt = mc.ProbeInterval
 	c.leaveTO = min(max(10*mc.GossipInterval, 100*time.Millisecond), 3*time.Second)
 	// Nothing waits for the meta broadcast to go out (a push/pull follows
 	// it), but a dropped update shows only as this timeout.
@@ -401,10 +410,11 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.mu.Unlock()
 
-	c.wg.Add(5 + pushWorkers)
+	c.wg.Add(6 + pushWorkers)
 	go c.deliverLoop()
 	go c.sweepLoop()
 	go c.rejoinLoop()
+	go c.reconnectLoop()
 	go c.metaLoop()
 	go c.syncLoop()
 	for range pushWorkers {
