@@ -54,7 +54,10 @@
 // memberlist's push/pull. Nodes that fail or leave keep their records for
 // DeadGrace, then every node drops them locally. Every RejoinInterval the
 // node re-joins seeds, Docker's node hints and former members that are not
-// alive, which heals partitions and restarts.
+// alive; every ProbeInterval it pings a few former members that are gone
+// and joins those that answer, so a healed partition is noticed within
+// about a second (rejoin.go). A member back from gone gets a push/pull
+// and a digest exchange of the networks both have at once.
 //
 // # Delivery
 //
@@ -84,11 +87,9 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,14 +155,9 @@ const (
 	// maxBroadcastQueue bounds queued broadcasts; anti-entropy repairs what
 	// pruning drops.
 	maxBroadcastQueue = 8192
-	// joinParallelism bounds concurrent join attempts of one rejoin round.
-	joinParallelism = 4
 	// metaPushFanout is how many members get each node meta change by
 	// push/pull besides the broadcast; they gossip it on.
 	metaPushFanout = 3
-	// candidateTTL: how long an address seen as a member (but neither a seed
-	// nor a Docker hint) stays a rejoin candidate after it was last alive.
-	candidateTTL = time.Hour
 )
 
 // Cluster is one node of the gossip control plane.
@@ -177,6 +173,9 @@ type Cluster struct {
 	sweepInt time.Duration
 	rejoin   time.Duration
 	syncInt  time.Duration
+	// probeInt is memberlist's ProbeInterval: how often gone members are
+	// pinged (reconnectLoop).
+	probeInt time.Duration
 	// meta is the memberlist node meta: VTEP, start epoch and node data.
 	// Atomic: memberlist reads it under its own locks.
 	meta     atomic.Pointer[[]byte]
@@ -199,7 +198,7 @@ type Cluster struct {
 	// report it: metaLoop checks that an update took.
 	ownMeta []byte
 	// comebacks are the addresses of members that came back from gone,
-	// for a push/pull by the rejoin goroutine.
+	// for a push/pull by the reconnect goroutine.
 	comebacks map[string]bool
 	// The pushes (push.go): an outbox per member with something due,
 	// those gathering over pushDelay (waiting), those due to a worker
@@ -226,6 +225,7 @@ type Cluster struct {
 	deliverCh chan struct{} // 1-buffered wake-ups of the delivery goroutine
 	metaCh    chan struct{} // 1-buffered wake-ups of the meta gossip goroutine
 	joinCh    chan struct{} // 1-buffered wake-ups of the rejoin goroutine
+	backCh    chan struct{} // 1-buffered wake-ups of the reconnect goroutine
 	syncCh    chan struct{} // 1-buffered wake-ups of the anti-entropy goroutine
 	stop      chan struct{}
 	// streams ends the TCP streams of this node's memberlist transport
@@ -236,20 +236,6 @@ type Cluster struct {
 	closeOnce     sync.Once
 	closeErr      error
 	wg            sync.WaitGroup
-}
-
-type candidateKind int
-
-const (
-	candSeed candidateKind = 1 << iota
-	candHint
-	candSeen
-)
-
-// candidate is an address to (re)join when it is not an alive member.
-type candidate struct {
-	kinds     candidateKind
-	lastAlive time.Time
 }
 
 // New creates the memberlist, starts the goroutines and joins the seeds in
@@ -320,6 +306,7 @@ func New(cfg Config) (*Cluster, error) {
 		deliverCh: make(chan struct{}, 1),
 		metaCh:    make(chan struct{}, 1),
 		joinCh:    make(chan struct{}, 1),
+		backCh:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 	}
 	c.streams, c.cancelStreams = context.WithCancel(context.Background())
@@ -385,6 +372,7 @@ func New(cfg Config) (*Cluster, error) {
 		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },
 		RetransmitMult: mc.RetransmitMult,
 	}
+	c.probeInt = mc.ProbeInterval
 	c.leaveTO = min(max(10*mc.GossipInterval, 100*time.Millisecond), 3*time.Second)
 	// Nothing waits for the meta broadcast to go out (a push/pull follows
 	// it), but a dropped update shows only as this timeout.
@@ -422,10 +410,11 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.mu.Unlock()
 
-	c.wg.Add(5 + pushWorkers)
+	c.wg.Add(6 + pushWorkers)
 	go c.deliverLoop()
 	go c.sweepLoop()
 	go c.rejoinLoop()
+	go c.reconnectLoop()
 	go c.metaLoop()
 	go c.syncLoop()
 	for range pushWorkers {
@@ -637,44 +626,6 @@ func (c *Cluster) NetworkRemoved(networkID string) {
 	c.mu.Unlock()
 }
 
-// NodeHint passes on Docker's word that a swarm node exists at addr: it is
-// joined at addr:gossip-port in the background and kept as a rejoin
-// candidate (until ForgetNode).
-func (c *Cluster) NodeHint(addr netip.Addr) {
-	if !addr.IsValid() || addr.IsUnspecified() {
-		return
-	}
-	a := netip.AddrPortFrom(addr.Unmap(), uint16(c.port)).String()
-	if a == c.selfAddr {
-		return
-	}
-	c.mu.Lock()
-	cand := c.cands[a]
-	if cand == nil {
-		cand = &candidate{}
-		c.cands[a] = cand
-	}
-	cand.kinds |= candHint
-	c.mu.Unlock()
-	c.wake(c.joinCh)
-}
-
-// ForgetNode drops a node Docker removed from the swarm (DiscoverDelete):
-// its address is no longer re-joined once it stops being a member, neither
-// as a hint nor as a former member (which would be retried for
-// candidateTTL); a configured seed stays. Membership itself is unaffected.
-func (c *Cluster) ForgetNode(addr netip.Addr) {
-	a := netip.AddrPortFrom(addr.Unmap(), uint16(c.port)).String()
-	c.mu.Lock()
-	if cand := c.cands[a]; cand != nil {
-		cand.kinds &^= candHint | candSeen
-		if cand.kinds == 0 {
-			delete(c.cands, a)
-		}
-	}
-	c.mu.Unlock()
-}
-
 func (c *Cluster) wake(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -754,135 +705,6 @@ func (c *Cluster) sweepLoop() {
 		}
 		c.logLim.flush()
 	}
-}
-
-// pruneCandidatesLocked forgets former members' addresses that have not
-// been alive for candidateTTL; seeds and hints stay. Caller holds c.mu.
-func (c *Cluster) pruneCandidatesLocked() {
-	now := c.clock()
-	for _, m := range c.st.members {
-		if m.alive && m.addr.IsValid() {
-			if cand := c.cands[m.addr.String()]; cand != nil {
-				cand.lastAlive = now
-			}
-		}
-	}
-	for a, cand := range c.cands {
-		if cand.kinds == candSeen && now.Sub(cand.lastAlive) > candidateTTL {
-			delete(c.cands, a)
-		}
-	}
-}
-
-// rejoinLoop joins the seeds at once, then every RejoinInterval (or on a
-// hint) re-joins every candidate address that is not an alive member.
-func (c *Cluster) rejoinLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.rejoin)
-	defer t.Stop()
-	for {
-		c.syncComebacks()
-		c.rejoinRound()
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		case <-c.joinCh:
-		}
-	}
-}
-
-// syncComebacks does a push/pull with each member that came back from gone.
-// The push/pull that healed the partition ran while the member was still
-// gone here (memberlist marks it alive only after it refutes), so its
-// records were refused as those of a node gone past the grace; this one
-// runs with the member alive and takes them, instead of the next periodic
-// push/pull.
-func (c *Cluster) syncComebacks() {
-	c.mu.Lock()
-	addrs := slices.Collect(maps.Keys(c.comebacks))
-	clear(c.comebacks)
-	c.mu.Unlock()
-	if len(addrs) == 0 {
-		return
-	}
-	if n, err := c.ml.Join(addrs); err != nil {
-		c.log.Debug("push/pull with members that came back", "reached", n, "of", len(addrs), "err", err)
-	}
-}
-
-// rejoinRound tries the candidates that are not alive members, in random
-// order and joinParallelism at a time, and stops after the first batch
-// with a success: one push/pull with a node of another partition merges
-// the memberships (the rest follows by gossip and refutation), and nodes
-// that stay unreachable are tried again next round. Each attempt is
-// bounded by memberlist's TCPTimeout, and so is a Close during a round.
-func (c *Cluster) rejoinRound() {
-	c.mu.Lock()
-	alive := map[string]bool{}
-	for _, m := range c.st.members {
-		if m.alive && m.addr.IsValid() {
-			alive[m.addr.String()] = true
-		}
-	}
-	var targets []string
-	for a := range c.cands {
-		if !alive[a] && a != c.selfAddr {
-			targets = append(targets, a)
-		}
-	}
-	c.mu.Unlock()
-	rand.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
-
-	for len(targets) > 0 {
-		var (
-			wg     sync.WaitGroup
-			joined atomic.Bool
-		)
-		for n := 0; n < joinParallelism && len(targets) > 0; {
-			a := targets[0]
-			targets = targets[1:]
-			if host, _, err := net.SplitHostPort(a); err == nil {
-				if _, err := netip.ParseAddr(host); err != nil && c.resolvesToAlive(a, alive) {
-					continue // a DNS seed whose addresses are members already
-				}
-			}
-			n++
-			wg.Go(func() {
-				if k, err := c.ml.Join([]string{a}); err != nil || k == 0 {
-					c.log.Debug("join attempt failed", "addr", a, "err", err)
-				} else {
-					joined.Store(true)
-					c.log.Info("joined", "addr", a)
-				}
-			})
-		}
-		wg.Wait()
-		if joined.Load() {
-			return
-		}
-		select {
-		case <-c.stop:
-			return
-		default:
-		}
-	}
-}
-
-func (c *Cluster) resolvesToAlive(hostport string, alive map[string]bool) bool {
-	host, port, _ := net.SplitHostPort(hostport)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return false
-	}
-	for _, ip := range ips {
-		if alive[net.JoinHostPort(ip.Unmap().String(), port)] {
-			return true
-		}
-	}
-	return false
 }
 
 // MemberState is a member's state as this node sees it.

@@ -135,7 +135,8 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	c.flushLocked()
 	if back && addr.IsValid() {
 		c.comebacks[addr.String()] = true
-		c.wake(c.joinCh)
+		c.detachLocked(n.Name)
+		c.wake(c.backCh)
 	}
 	if n.Name != c.name && addr.IsValid() {
 		a := addr.String()

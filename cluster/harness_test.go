@@ -354,17 +354,21 @@ func snapshotMap(c *Cluster, nid string) map[string]peerdb.Peer {
 // expected remote endpoints of nid.
 func waitConverged(t *testing.T, nodes []*tnode, nid string, want map[string]ep, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "convergence of "+nid, func() error {
-		for _, n := range nodes {
-			if err := checkPeers(n, n.sink.get(nid), want); err != nil {
-				return fmt.Errorf("sink: %w", err)
-			}
-			if err := checkPeers(n, snapshotMap(n.c, nid), want); err != nil {
-				return fmt.Errorf("snapshot: %w", err)
-			}
+	eventually(t, timeout, "convergence of "+nid, func() error { return converged(nodes, nid, want) })
+}
+
+// converged reports how a node's sink or snapshot of nid differs from
+// want, if it does.
+func converged(nodes []*tnode, nid string, want map[string]ep) error {
+	for _, n := range nodes {
+		if err := checkPeers(n, n.sink.get(nid), want); err != nil {
+			return fmt.Errorf("sink: %w", err)
 		}
-		return nil
-	})
+		if err := checkPeers(n, snapshotMap(n.c, nid), want); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	return nil
 }
 
 // waitNetworkMembers waits until every node knows want nodes (itself

@@ -118,6 +118,17 @@ func (c *Cluster) outboxLocked(name string) *outbox {
 	return ob
 }
 
+// detachLocked gives member name a fresh outbox if a send to it is under
+// way: one that came back must not wait behind a send that started while
+// it was unreachable (a dial into a partition that drops packets waits
+// out memberlist's TCPTimeout, 10 s). The old send finishes or fails on
+// its own; what both carry is applied newest-wins, in any order.
+func (c *Cluster) detachLocked(name string) {
+	if ob := c.outboxes[name]; ob != nil && ob.state == obSending {
+		delete(c.outboxes, name)
+	}
+}
+
 // pushLocked queues this node's record k for member name.
 func (c *Cluster) pushLocked(name string, k key) {
 	if name == c.name {

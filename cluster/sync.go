@@ -128,6 +128,18 @@ func (s *state) syncTargets(nids []string) map[string][]syncEntry {
 	return out
 }
 
+// syncsWith returns the level-0 entries of the networks this node shares
+// with member name.
+func (s *state) syncsWith(name string) []syncEntry {
+	var out []syncEntry
+	for nid, recs := range s.netm {
+		if r := recs[memberEID(name)]; r != nil && !r.Deleted && s.interested(nid) {
+			out = append(out, syncEntry{nid: nid, level: syncNetwork, sum: s.networkDigest(nid)})
+		}
+	}
+	return out
+}
+
 // ownNetworks lists the networks this node has.
 func (s *state) ownNetworks() []string {
 	var out []string
@@ -171,6 +183,28 @@ func (c *Cluster) syncRound(nids []string) {
 	for name, entries := range c.st.syncTargets(nids) {
 		c.syncsOut++
 		c.sendLocked(name, encodeSync(c.name, entries, nil, now))
+	}
+}
+
+// syncAt starts a digest exchange with each alive member at one of addrs
+// for every network both have, instead of leaving it to the random pick
+// of later rounds.
+func (c *Cluster) syncAt(addrs []string) {
+	at := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		at[a] = true
+	}
+	now := c.clock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.st.members {
+		if !m.alive || m.name == c.name || !at[m.addr.String()] {
+			continue
+		}
+		if entries := c.st.syncsWith(m.name); len(entries) > 0 {
+			c.syncsOut++
+			c.sendLocked(m.name, encodeSync(c.name, entries, nil, now))
+		}
 	}
 }
 

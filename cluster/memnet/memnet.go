@@ -36,6 +36,8 @@ type Network struct {
 	filter Filter
 	// latency is the one-way delay of every link, in nanoseconds.
 	latency atomic.Int64
+	// hang makes filtered dials wait out their timeout (see SetHang).
+	hang atomic.Bool
 }
 
 // New returns an empty network.
@@ -52,6 +54,12 @@ func (n *Network) SetFilter(f Filter) {
 // (2d, the TCP handshake); bytes on an established stream are not delayed.
 // 0, the default, delivers at once.
 func (n *Network) SetLatency(d time.Duration) { n.latency.Store(int64(d)) }
+
+// SetHang says what a dial the filter blocks does: fail at once, like a
+// refused connection or an unreachable network (false, the default), or
+// wait out its timeout, like a TCP handshake whose packets a partition
+// drops (true).
+func (n *Network) SetHang(hang bool) { n.hang.Store(hang) }
 
 // NewTransport attaches a transport at addr. The address must be free: a
 // previous transport there must have been shut down.
@@ -72,6 +80,8 @@ func (n *Network) NewTransport(addr netip.AddrPort) (*Transport, error) {
 	return t, nil
 }
 
+var errUnreachable = errors.New("unreachable")
+
 // route finds the live destination of from → to if the filter lets it pass.
 func (n *Network) route(from netip.AddrPort, to string, stream bool) (*Transport, error) {
 	ap, err := netip.ParseAddrPort(to)
@@ -86,7 +96,7 @@ func (n *Network) route(from netip.AddrPort, to string, stream bool) (*Transport
 		return nil, fmt.Errorf("memnet: %s: connection refused", ap)
 	}
 	if n.filter != nil && !n.filter(from, ap, stream) {
-		return nil, fmt.Errorf("memnet: %s: unreachable", ap)
+		return nil, fmt.Errorf("memnet: %s: %w", ap, errUnreachable)
 	}
 	return dst, nil
 }
@@ -170,7 +180,16 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		return nil, errors.New("memnet: transport shut down")
 	default:
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	dst, err := t.net.route(t.addr, a.Addr, true)
+	if errors.Is(err, errUnreachable) && t.net.hang.Load() {
+		select {
+		case <-timer.C:
+		case <-t.done:
+		}
+		return nil, fmt.Errorf("memnet: dial %s timed out", a.Addr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +198,6 @@ func (t *Transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 		return nil, fmt.Errorf("memnet: %s: connection refused", dst.addr)
 	default:
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
 	if d := time.Duration(t.net.latency.Load()); d > 0 {
 		select {
 		case <-time.After(2 * d):

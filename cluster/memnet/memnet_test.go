@@ -41,3 +41,27 @@ func TestLatency(t *testing.T) {
 		}
 	})
 }
+
+// A dial the filter blocks fails at once, or with SetHang after its
+// timeout, as into a partition that drops packets.
+func TestHang(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := New()
+		a, _ := n.NewTransport(netip.MustParseAddrPort("192.0.2.1:7947"))
+		b, _ := n.NewTransport(netip.MustParseAddrPort("192.0.2.2:7947"))
+		defer a.Shutdown()
+		defer b.Shutdown()
+		n.SetFilter(func(_, _ netip.AddrPort, _ bool) bool { return false })
+		for _, hang := range []bool{false, true} {
+			n.SetHang(hang)
+			start := time.Now()
+			if _, err := a.DialAddressTimeout(memberlist.Address{Addr: "192.0.2.2:7947"}, time.Second); err == nil {
+				t.Fatalf("hang %v: a filtered dial succeeded", hang)
+			}
+			want := map[bool]time.Duration{false: 0, true: time.Second}[hang]
+			if got := time.Since(start); got != want {
+				t.Errorf("hang %v: the dial failed after %v, want %v", hang, got, want)
+			}
+		}
+	})
+}

@@ -65,11 +65,15 @@ var (
 const (
 	gossipPort = 7947
 	// converge bounds the wait for the table to reach every host after a
-	// change on a healthy cluster; heal is for a partition that ends (the
-	// cluster re-joins lost members every 10 s, and what the re-join's
-	// push/pull rejected comes with the next one, 30 s later).
+	// change on a healthy cluster. heal bounds it after a partition ends
+	// (issue 12): the protocol needs about a second (gone members are
+	// pinged every second; cluster's TestPartitionPastGraceHeals measures
+	// at most 0.8 s in virtual time), the rest is margin for a loaded
+	// 2-core machine (scheduling, netlink, the 200 ms poll). Measured here:
+	// 0.25-1.2 s; with both cores also spinning in busy loops 0.5-1.8 s,
+	// once 4.2 s.
 	converge = 20 * time.Second
-	heal     = 60 * time.Second
+	heal     = 5 * time.Second
 	// antiEntropy bounds a repair that only the periodic push/pull can do
 	// (a broadcast that missed a host): memberlist's LAN PushPullInterval
 	// is 30 s, and a fresh node's first one comes 30-60 s after it starts.
@@ -1382,7 +1386,9 @@ func testDeadNodeGrace(t *testing.T) {
 // A host cut off from the switch (link down) is found failed; changes on
 // both sides during the partition are right everywhere after the link
 // comes back. pastGrace lets the partition outlast the dead grace, so both
-// sides purge the other's endpoints and must get them back by re-joining.
+// sides purge the other's endpoints and must get them back by re-joining,
+// and memberlist's memory of the dead. Either way every host's tables are
+// exact within heal of the link coming back.
 func testPartition(t *testing.T, pastGrace bool) {
 	grace := 60 * time.Second
 	if pastGrace {
@@ -1413,7 +1419,8 @@ func testPartition(t *testing.T, pastGrace bool) {
 	for _, name := range []string{"h1", "h2"} {
 		c.waitNotAlive(h3, name, 30*time.Second)
 	}
-	t.Logf("both sides see the partition %v after the cut", time.Since(cut).Round(time.Millisecond))
+	seen := time.Now()
+	t.Logf("both sides see the partition %v after the cut", seen.Sub(cut).Round(time.Millisecond))
 
 	if pastGrace {
 		// Each side purges the other's endpoints after the grace.
@@ -1456,6 +1463,13 @@ func testPartition(t *testing.T, pastGrace bool) {
 		if d := time.Since(cut); d > grace/2 {
 			t.Fatalf("the partition lasted %v, too close to the %v grace for this variant", d, grace)
 		}
+	} else if d := 35*time.Second - time.Since(seen); d > 0 {
+		// As in the minute-long partition of issue 12: memberlist
+		// forgets a dead member 30 s after declaring it dead
+		// (GossipToTheDeadTime), and then nothing but a join crosses
+		// the cut.
+		t.Logf("keeping the partition %v longer, until memberlist forgot the other side", d.Round(time.Second))
+		time.Sleep(d)
 	}
 
 	if err := h3.host.SetLink(true); err != nil {
@@ -1466,9 +1480,9 @@ func testPartition(t *testing.T, pastGrace bool) {
 	t.Logf("h3's switch port is up again after %v", healed.Sub(cut).Round(time.Millisecond))
 	c.expect = nil
 	c.isolated = map[*gnode]bool{}
-	c.waitMembers(heal, "after the partition")
 	c.waitConverged(heal, "after the partition")
-	t.Logf("healed: membership and tables right %v after the link came back", time.Since(healed).Round(time.Millisecond))
+	t.Logf("healed: tables right %v after the link came back (bound %v)", time.Since(healed).Round(time.Millisecond), heal)
+	c.waitMembers(converge, "after the partition")
 	// Stays right (no late resurrection by anti-entropy).
 	time.Sleep(2 * time.Second)
 	c.checkNow("2s after convergence")
