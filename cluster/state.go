@@ -35,11 +35,10 @@ type member struct {
 	vtep  netip.Addr     // from the node's meta; invalid while unknown
 	epoch uint64         // instance id from the node's meta
 	alive bool
-	// gen counts this member's alive/gone transitions; since is the local
-	// time of the latest one. The purge decision is made at sweep time from
-	// the CURRENT alive flag and since, so a node that came back within its
-	// grace (and maybe went away again) is judged by its latest departure.
-	gen    uint64
+	// since is the local time of the latest alive/gone transition. The
+	// purge decision is made at sweep time from the CURRENT alive flag and
+	// since, so a node that came back within its grace (and maybe went
+	// away again) is judged by its latest departure.
 	since  time.Time
 	purged bool // gone past grace: its records were removed
 	// data is the opaque node data from its meta (the encryption layer's
@@ -569,7 +568,6 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 	wasAlive := m.alive
 	if !m.alive {
 		m.since = now
-		m.gen++
 	}
 	m.alive, m.purged, m.addr = true, false, addr
 	if !wasAlive && name != s.self {
@@ -626,7 +624,6 @@ func (s *state) memberDown(name string, now time.Time) {
 	}
 	if m.alive || m.since.IsZero() {
 		m.since = now
-		m.gen++
 	}
 	m.alive = false
 }
