@@ -170,6 +170,12 @@ type Kernel interface {
 	// exists is not an error.
 	AddFDB(sandbox string, e FDBEntry) error
 	DeleteFDB(sandbox string, e FDBEntry) error
+	// Program applies ops in order, as the calls above would, many at a
+	// time: the way to program a batch of peers. It returns nil when every
+	// op succeeded, else an error per op (nil where it succeeded): each
+	// failure is reported, the others are applied. Deleting an entry that
+	// is not there may succeed rather than fail with ErrNotFound.
+	Program(sandbox string, ops []EntryOp) []error
 
 	// Neighbors and FDB list the entries on the sandbox VXLAN device that
 	// someone made (permanent or NOARP; not the kernel's own), for
