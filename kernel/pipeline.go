@@ -32,6 +32,10 @@ const (
 // (one per sandbox in the driver, but dumps and Watch share nothing
 // with it).
 type pipeline struct {
+	// portid is the socket's netlink address: the events of the changes
+	// it makes carry it (Watch).
+	portid uint32
+
 	mu  sync.Mutex
 	s   *nl.NetlinkSocket
 	seq uint32
@@ -56,7 +60,13 @@ func newPipeline(ns netns.NsHandle) (*pipeline, error) {
 		s.Close()
 		return nil, err
 	}
-	return &pipeline{s: s, out: make([]byte, 0, pipelineWindow*msgMax), in: make([]byte, 64<<10)}, nil
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	portid := sa.(*unix.SockaddrNetlink).Pid
+	return &pipeline{portid: portid, s: s, out: make([]byte, 0, pipelineWindow*msgMax), in: make([]byte, 64<<10)}, nil
 }
 
 func (p *pipeline) close() { p.s.Close() }
