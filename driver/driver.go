@@ -32,13 +32,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
-	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
@@ -78,11 +75,10 @@ type Config struct {
 	// Encryption serves encrypted networks; nil when no cluster secret is
 	// configured, which makes them an error.
 	Encryption Encryption
-	// ResumeEncrypted adopts surviving sandboxes of encrypted networks, as
-	// those of unencrypted ones: the previous run left its IPsec state
-	// for this one to take over. Whether it did is the encryption side's
-	// to say (Resumed) when connected; if not, the sandboxes go then.
-	ResumeEncrypted bool
+	// ExpectEncryption says that an encryption side will be connected
+	// (SetEncryption): a sandbox adopted from the kernel alone counts as
+	// encrypted until it says whether the previous run guarded its VNI.
+	ExpectEncryption bool
 	// LoadBalancer programs service VIPs into containers (services.go);
 	// nil: none.
 	LoadBalancer LoadBalancer
@@ -115,6 +111,8 @@ type Encryption interface {
 	// Resumed says whether the previous run's IPsec state was taken over,
 	// so that its encrypted sandboxes keep carrying traffic.
 	Resumed() bool
+	// Inherited says whether the previous run's firewall rules guard vni.
+	Inherited(vni uint32) bool
 }
 
 // Driver implements go-plugins-helpers' network.Driver.
@@ -175,12 +173,12 @@ type Driver struct {
 }
 
 // New returns a driver with the networks and endpoints of the previous run
-// (see store.go). A sandbox that survived with joined endpoints is
-// adopted, so its containers keep their traffic across a plugin restart
-// (an encrypted network's only with ResumeEncrypted, and only once the
-// encryption side confirms; see SetEncryption); everything else a previous
-// run left in the kernel is removed, and those endpoints come back
-// unjoined.
+// (see store.go). A sandbox that survived with joined endpoints or
+// attached containers is adopted, so its containers keep their traffic
+// across a plugin restart (an encrypted network's carries it once the
+// encryption side is connected; see SetEncryption), and so is one the
+// state database does not know; only provable leftovers are removed (see
+// restore.go).
 func New(cfg Config) (*Driver, error) {
 	if cfg.Kernel == nil || cfg.Underlay == nil || cfg.VNIs == nil {
 		return nil, errors.New("driver: Kernel, Underlay and VNIs are required")
@@ -218,11 +216,12 @@ func New(cfg Config) (*Driver, error) {
 	if err := d.store.init(); err != nil {
 		return nil, fmt.Errorf("state database: %w", err)
 	}
-	adopted, err := d.restore(cfg.ResumeEncrypted)
+	keep, err := d.restore(cfg.ExpectEncryption)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("restore the previous run's networks: %w", err)
 	}
-	if err := cfg.Kernel.RemoveLeftovers(func(name string) bool { return adopted[name] }); err != nil {
+	d.recoverVNIs()
+	if err := cfg.Kernel.RemoveLeftovers(func(name string) bool { return keep[name] }); err != nil {
 		return nil, fmt.Errorf("remove leftovers of a previous run: %w", err)
 	}
 	if cfg.Encryption != nil {
@@ -239,72 +238,6 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	return d, nil
-}
-
-// restore rebuilds the stored networks and returns the sandboxes adopted.
-// No other goroutine sees the driver yet.
-func (d *Driver) restore(resumeEncrypted bool) (map[string]bool, error) {
-	nets, eps, errs := d.store.load()
-	for _, err := range errs {
-		d.log.Error("skipping unreadable state", "err", err)
-	}
-	present, err := d.kernel.Sandboxes()
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	adopted := map[string]bool{}
-	for _, r := range nets {
-		n := &network{id: r.ID, vni: r.VNI, subnets: r.Subnets, gateways: r.Gateways, endpoints: map[string]*endpoint{},
-			opts: netOptions{vni: r.VNI, mtu: r.MTUOption, encrypted: r.Encrypted, flood: r.Flood},
-			fdb:  map[netip.Addr]countmap.Map[hwaddr.MAC]{}, kick: make(chan struct{}, 1), gone: make(chan struct{})}
-		joined := 0
-		for _, e := range eps[r.ID] {
-			if e.Joined {
-				joined++
-			}
-		}
-		adopt := joined > 0 && (!r.Encrypted || resumeEncrypted) && r.SandboxMTU > 0 && slices.Contains(present, r.ID)
-		if adopt {
-			// A mount point whose namespace died with the previous run's
-			// mount namespace is listed too: adopt only a live one. Its
-			// devices do not matter: the reconciler rebuilds them.
-			if err := d.kernel.CheckSandbox(r.ID); err != nil {
-				d.log.Info("sandbox of the previous run is gone", "network", r.ID, "err", err)
-				adopt = false
-			}
-		}
-		if adopt {
-			n.sandbox, n.mtu, n.adopted = r.ID, r.SandboxMTU, true
-			adopted[r.ID] = true
-		}
-		for _, e := range eps[r.ID] {
-			ep := &endpoint{id: e.ID, mac: e.MAC, addrs: e.Addrs, veth: e.Veth, joined: adopt && e.Joined}
-			if ep.joined && validSandboxKey(e.SandboxKey) == nil {
-				// The container may hold the previous run's VIPs.
-				ep.sandboxKey, ep.balanced = e.SandboxKey, balancedByEarlierRun
-			}
-			n.endpoints[ep.id] = ep
-			if ep.joined {
-				n.joined++
-				if _, err := n.peers.Add(peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true}); err != nil {
-					d.log.Error("stored endpoint rejected by the peer db", "endpoint", ep.id, "err", err)
-				}
-			} else if e.Joined {
-				// Its sandbox is gone, and its container's interface with it.
-				if err := d.store.putEndpoint(n.id, ep); err != nil {
-					d.log.Warn("persist endpoint", "err", err)
-				}
-			}
-		}
-		if !adopt && r.SandboxMTU != 0 {
-			if err := d.store.putNetwork(n); err != nil {
-				d.log.Warn("persist network", "err", err)
-			}
-		}
-		d.networks[n.id] = n
-		d.log.Info("restored network", "network", n.id, "vni", n.vni, "endpoints", len(n.endpoints), "sandbox adopted", adopt)
-	}
-	return adopted, nil
 }
 
 // lockNetwork returns the network with the given id, locked, or nil. The
@@ -407,16 +340,21 @@ func (d *Driver) AdvertiseAddr(ctx context.Context, wait time.Duration) (netip.A
 }
 
 // SetEncryption connects the encryption side, and settles the adopted
-// sandboxes of encrypted networks: if the previous run's IPsec state was
-// taken over, their VNIs are guarded again and their peers programmed;
-// if not, nothing protects their traffic any more and they go (the
-// firewall's guard drops it meanwhile).
+// sandboxes of encrypted networks: their VNIs are guarded again and their
+// peers programmed, with the previous run's IPsec state if it was taken
+// over, else with new keys (the firewall's guard drops their traffic
+// until then). A sandbox adopted from the kernel alone was encrypted if
+// the previous run's firewall rules guard its VNI.
 func (d *Driver) SetEncryption(e Encryption) {
 	d.enc.Store(&e)
 	for _, id := range d.networkIDs() {
 		n := d.lockNetwork(id)
 		if n == nil {
 			continue
+		}
+		if n.unrecorded && n.opts.encrypted && !n.guarded && !e.Inherited(n.vni) {
+			n.opts.encrypted = false
+			d.reconcileNow(n, "programming the peers of a sandbox adopted from the kernel")
 		}
 		if n.opts.encrypted && n.sandbox != "" && !n.guarded {
 			d.settleAdopted(n, e)
@@ -425,26 +363,17 @@ func (d *Driver) SetEncryption(e Encryption) {
 	}
 }
 
-// settleAdopted guards an adopted encrypted sandbox, or removes it.
-// Caller holds n.mu.
+// settleAdopted guards an adopted encrypted sandbox. One that cannot be
+// guarded stays as it is, its peers waiting: removing it would take its
+// containers' interfaces. Caller holds n.mu.
 func (d *Driver) settleAdopted(n *network, e Encryption) {
-	err := errors.New("the previous run's IPsec state was not taken over")
-	if e.Resumed() {
-		err = e.EnableVNI(n.vni)
-	}
-	if err == nil {
-		n.guarded = true
-		if _, err := d.reconcile(n, false); err != nil {
-			d.log.Warn("programming the peers of an adopted encrypted sandbox", "network", n.id, "err", err)
-			n.kickLoop()
-		}
-		d.log.Info("adopted encrypted sandbox guarded again", "network", n.id, "vni", n.vni)
+	if err := e.EnableVNI(n.vni); err != nil {
+		d.log.Error("adopted encrypted sandbox cannot be guarded: its traffic stays blocked", "network", n.id, "vni", n.vni, "err", err)
 		return
 	}
-	d.log.Warn("removing an adopted encrypted sandbox", "network", n.id, "err", err)
-	if err := d.teardownSandbox(n); err != nil {
-		d.log.Error("remove adopted encrypted sandbox", "network", n.id, "err", err)
-	}
+	n.guarded = true
+	d.reconcileNow(n, "programming the peers of an adopted encrypted sandbox")
+	d.log.Info("adopted encrypted sandbox guarded again", "network", n.id, "vni", n.vni, "previous IPsec state taken over", e.Resumed())
 }
 
 func (d *Driver) encryption() Encryption {

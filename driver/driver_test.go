@@ -461,10 +461,16 @@ func TestAdvertiseAddrFromDiscovery(t *testing.T) {
 	}
 }
 
+// TestLeftoversRemovedAtStart: a sandbox is a provable leftover when its
+// network's record says it has none and no container is attached.
 func TestLeftoversRemovedAtStart(t *testing.T) {
+	db := testDB(t)
 	k := fakekernel.New()
-	k.AddLeftover(kernel.SandboxSpec{Name: "old", VNI: 300})
-	newTestDriver(t, k)
+	d := newTestDriverWith(t, k, localVTEP, db, false)
+	must(t, d.CreateNetwork(createNetReq("old", 300)))
+	d.Close()
+	k.AddLeftover(kernel.SandboxSpec{Name: "old", VNI: 300, MTU: 1450})
+	newTestDriverWith(t, k, localVTEP, db, false)
 	if len(k.Snapshot()) != 0 {
 		t.Fatal("leftover sandbox survived start")
 	}

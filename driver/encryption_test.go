@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,8 @@ import (
 type fakeEncryption struct {
 	unsupported error
 	resumed     bool
+	// inherited are the VNIs the previous run's firewall rules guard.
+	inherited []uint32
 	// mu guards refs and vnis. Leaf lock, taken under network locks.
 	mu   sync.Mutex
 	refs countmap.Map[netip.Addr]
@@ -33,6 +36,9 @@ func newFakeEncryption() *fakeEncryption {
 func (f *fakeEncryption) Supported() error { return f.unsupported }
 func (f *fakeEncryption) Overhead() int    { return encryption.Overhead }
 func (f *fakeEncryption) Resumed() bool    { return f.resumed }
+func (f *fakeEncryption) Inherited(v uint32) bool {
+	return slices.Contains(f.inherited, v)
+}
 func (f *fakeEncryption) EnableVNI(v uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -129,6 +129,11 @@ func (n *network) localClash(ep *endpoint) error {
 // DeleteEndpoint forgets the endpoint, leaving first if Docker did not.
 func (d *Driver) DeleteEndpoint(req *api.DeleteEndpointRequest) error {
 	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if errors.Is(err, ErrNotFound) {
+		if ok, ferr := d.forgetUnknown(req.NetworkID, req.EndpointID); ok {
+			return ferr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -232,6 +237,11 @@ const routeConnected = 1
 // Leave disconnects the endpoint; the last Leave removes the sandbox.
 func (d *Driver) Leave(req *api.LeaveRequest) error {
 	n, ep, err := d.lockEndpoint(req.NetworkID, req.EndpointID)
+	if errors.Is(err, ErrNotFound) {
+		if ok, ferr := d.forgetUnknown(req.NetworkID, req.EndpointID); ok {
+			return ferr
+		}
+	}
 	if err != nil {
 		return err
 	}

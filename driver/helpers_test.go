@@ -46,14 +46,14 @@ func testDB(t testing.TB) *bbolt.DB {
 }
 
 // newTestDriverWith builds a driver on db, as a (re)started plugin does.
-func newTestDriverWith(t testing.TB, k kernel.Kernel, vtep netip.Addr, db *bbolt.DB, resumeEncrypted bool) *Driver {
+func newTestDriverWith(t testing.TB, k kernel.Kernel, vtep netip.Addr, db *bbolt.DB, expectEncryption bool) *Driver {
 	t.Helper()
 	alloc, err := vni.Open(db, vni.DefaultRange)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789, AdvertiseAddr: vtep, DB: db,
-		ResumeEncrypted: resumeEncrypted, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ExpectEncryption: expectEncryption, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,16 @@ type network struct {
 	// for its sandbox (EnableVNI). False for a sandbox adopted from the
 	// previous run until SetEncryption settles it; its peers wait.
 	guarded bool
+	// unrecorded: taken over from the kernel without a record, so its
+	// subnets and options are unknown until Docker creates it again.
+	unrecorded bool
+	// partial: the plugin's record of the network's endpoints may be
+	// incomplete (adopted, or an endpoint record was unreadable), so
+	// Docker's calls for endpoints it does not know succeed.
+	partial bool
+	// strays are sandbox ends of veths attached to containers of no known
+	// endpoint (restore.go); each counts in joined.
+	strays map[string]bool
 	// services are the network's service VIPs as Docker lists them, and
 	// svcEndpoints the endpoints of their tasks (services.go).
 	services     []Service
@@ -157,17 +167,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 	if err != nil {
 		return fmt.Errorf("%w: network %s: %v", ErrInvalid, req.NetworkID, err)
 	}
-	n := &network{
-		id:        req.NetworkID,
-		vni:       opts.vni,
-		opts:      opts,
-		subnets:   subnets,
-		gateways:  gateways,
-		endpoints: map[string]*endpoint{},
-		fdb:       map[netip.Addr]countmap.Map[hwaddr.MAC]{},
-		kick:      make(chan struct{}, 1),
-		gone:      make(chan struct{}),
-	}
+	n := newNetwork(req.NetworkID, opts.vni, opts, subnets, gateways)
 	// n is locked before it is published, so nobody sees it before it is
 	// stored, and a failed store takes it out again. Holding n.mu while
 	// waiting for an old instance's lock below cannot deadlock: nobody else
@@ -176,7 +176,10 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 	defer n.mu.Unlock()
 	for {
 		if old := d.lockNetwork(n.id); old != nil {
-			old.mu.Unlock()
+			defer old.mu.Unlock()
+			if old.unrecorded {
+				return d.mergeAdopted(old, n)
+			}
 			return fmt.Errorf("%w: network %s exists already", ErrConflict, n.id)
 		}
 		d.mu.Lock()
@@ -347,7 +350,7 @@ func (d *Driver) teardownSandbox(n *network) error {
 			d.log.Warn("remove firewall rules", "network", n.id, "err", err)
 		}
 	}
-	n.sandbox, n.joined, n.mtu, n.guarded, n.adopted, n.reconcileErr = "", 0, 0, false, false, nil
+	n.sandbox, n.joined, n.mtu, n.guarded, n.adopted, n.reconcileErr, n.strays = "", 0, 0, false, false, nil, nil
 	clear(n.fdb)
 	n.kickLoop() // to stop watching it
 	if err := d.store.putNetwork(n); err != nil {

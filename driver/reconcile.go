@@ -168,6 +168,16 @@ func (d *Driver) repairForJoin(n *network) error {
 	return nil
 }
 
+// reconcileNow reconciles n at once, as a sandbox that could not take its
+// peers until now needs; what fails is left to n's loop. Caller holds
+// n.mu.
+func (d *Driver) reconcileNow(n *network, what string) {
+	if _, err := d.reconcile(n, false); err != nil {
+		d.log.Warn(what, "network", n.id, "err", err)
+		n.kickLoop()
+	}
+}
+
 // repairDevices rebuilds what is missing or wrong of the sandbox's bridge
 // and VXLAN device, in place. It needs this host's VTEP address, which a
 // restarted plugin may learn only after it serves; until then it does

@@ -13,9 +13,9 @@ import (
 
 // TestRestartResumes stops a driver with joined endpoints and starts a new
 // one on the same state and kernel, as `docker plugin disable`/`enable`
-// does: the plain network's sandbox is adopted with its containers, the
-// encrypted one (without ResumeEncrypted: no IPsec state to take over)
-// comes back unjoined, and Docker's later calls succeed.
+// does: the sandboxes are adopted with their containers (the encrypted one
+// guarded again with new keys, there being no IPsec state to take over),
+// and so is a sandbox no record owns; Docker's later calls succeed.
 func TestRestartResumes(t *testing.T) {
 	db := testDB(t)
 	k := fakekernel.New()
@@ -38,7 +38,7 @@ func TestRestartResumes(t *testing.T) {
 	before := k.Snapshot()["plain"]
 	d.Close()
 	// A sandbox no stored network owns, as a crash might leave.
-	k.AddLeftover(kernel.SandboxSpec{Name: "orphan", VNI: 999})
+	k.AddLeftover(kernel.SandboxSpec{Name: "orphan", VNI: 999, Port: 4789, Local: localVTEP, MTU: 1450})
 
 	d2 := newTestDriverWith(t, k, localVTEP, db, false)
 	d2.SetEncryption(fe)
@@ -46,18 +46,26 @@ func TestRestartResumes(t *testing.T) {
 	for _, s := range d2.State() {
 		st[s.ID] = s
 	}
-	if len(st) != 3 {
-		t.Fatalf("restored %d networks, want 3", len(st))
+	if len(st) != 4 {
+		t.Fatalf("restored %d networks, want 4", len(st))
 	}
 	plain := st["plain"]
 	if plain.Sandbox != "plain" || plain.MTU != before.Spec.MTU || len(plain.Endpoints) != 2 || !plain.Endpoints[1].Joined {
 		t.Fatalf("plain network not resumed: %+v", plain)
 	}
-	if s := st["secret"]; s.Sandbox != "" || s.Endpoints[0].Joined {
-		t.Fatalf("encrypted network resumed with a sandbox: %+v", s)
+	if s := st["secret"]; s.Sandbox != "secret" || !s.Endpoints[0].Joined {
+		t.Fatalf("encrypted network not resumed: %+v", s)
+	}
+	// The first driver's guard stays with fe too: Close leaves the IPsec
+	// state for the next run.
+	if _, vnis := fe.snapshot(); vnis[301] != 2 {
+		t.Fatalf("encrypted network not guarded again: %v", vnis)
+	}
+	if s := st["orphan"]; s.Sandbox != "orphan" || s.VNI != 999 {
+		t.Fatalf("unknown sandbox not adopted: %+v", s)
 	}
 	snap := k.Snapshot()
-	if snap["orphan"] != nil || snap["secret"] != nil || snap["plain"] == nil || len(snap["plain"].Veths) != 1 {
+	if snap["orphan"] == nil || snap["secret"] == nil || snap["plain"] == nil || len(snap["plain"].Veths) != 1 {
 		t.Fatalf("kernel after restart: %v", snap)
 	}
 	// The peer that went while the plugin was down is never re-announced:
@@ -77,7 +85,7 @@ func TestRestartResumes(t *testing.T) {
 		must(t, d2.DeleteEndpoint(&api.DeleteEndpointRequest{NetworkID: n, EndpointID: "e" + n}))
 	}
 	must(t, d2.DeleteEndpoint(&api.DeleteEndpointRequest{NetworkID: "plain", EndpointID: "e2"}))
-	for _, n := range []string{"plain", "secret", "idle"} {
+	for _, n := range []string{"plain", "secret", "idle", "orphan"} {
 		must(t, d2.DeleteNetwork(&api.DeleteNetworkRequest{NetworkID: n}))
 	}
 	if len(k.Snapshot()) != 0 {
@@ -110,11 +118,11 @@ func TestResyncRepairsOutsideChanges(t *testing.T) {
 	}
 }
 
-// TestRestartResumesEncrypted: with ResumeEncrypted the encrypted
-// network's sandbox is adopted but left alone (no IPsec calls, peers
-// waiting) until the encryption side is connected. If it took the previous
-// run's IPsec state over, the VNI is guarded again and the peers are
-// programmed; if not, the sandbox goes and its endpoint is unjoined.
+// TestRestartResumesEncrypted: the encrypted network's sandbox is adopted
+// but left alone (no IPsec calls, peers waiting) until the encryption side
+// is connected; then the VNI is guarded again and the peers are
+// programmed, whether the previous run's IPsec state was taken over or
+// new keys replace it: its container keeps its interface.
 func TestRestartResumesEncrypted(t *testing.T) {
 	for _, resumed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("resumed=%v", resumed), func(t *testing.T) {
@@ -145,18 +153,12 @@ func TestRestartResumesEncrypted(t *testing.T) {
 			refs, vnis := fe.snapshot()
 			sb := k.Snapshot()["secret"]
 			st := d2.State()[0]
-			if resumed {
-				if sb == nil || len(sb.FDB) != 1 || vnis[301] != 1 || refs[netip.MustParseAddr("198.51.100.2")] != 1 || !st.Endpoints[0].Joined {
-					t.Fatalf("resumed: sandbox %+v, refs %v, vnis %v, state %+v", sb, refs, vnis, st)
-				}
-				must(t, d2.Leave(&api.LeaveRequest{NetworkID: "secret", EndpointID: "e1"}))
-				if refs, vnis := fe.snapshot(); len(refs) != 0 || len(vnis) != 0 || k.Snapshot()["secret"] != nil {
-					t.Fatalf("after Leave: refs %v vnis %v kernel %v", refs, vnis, k.Snapshot())
-				}
-				return
+			if sb == nil || len(sb.FDB) != 1 || vnis[301] != 1 || refs[netip.MustParseAddr("198.51.100.2")] != 1 || !st.Endpoints[0].Joined {
+				t.Fatalf("sandbox %+v, refs %v, vnis %v, state %+v", sb, refs, vnis, st)
 			}
-			if sb != nil || st.Sandbox != "" || st.Endpoints[0].Joined || len(refs) != 0 || len(vnis) != 0 {
-				t.Fatalf("not resumed: sandbox %+v, refs %v, vnis %v, state %+v", sb, refs, vnis, st)
+			must(t, d2.Leave(&api.LeaveRequest{NetworkID: "secret", EndpointID: "e1"}))
+			if refs, vnis := fe.snapshot(); len(refs) != 0 || len(vnis) != 0 || k.Snapshot()["secret"] != nil {
+				t.Fatalf("after Leave: refs %v vnis %v kernel %v", refs, vnis, k.Snapshot())
 			}
 		})
 	}

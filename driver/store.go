@@ -1,9 +1,13 @@
 package driver
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"go.etcd.io/bbolt"
 
@@ -121,20 +125,37 @@ func (s store) deleteNetwork(nid string) error {
 	})
 }
 
-// load reads every network and its endpoints. A record that does not
-// decode is reported and skipped: one bad record must not stop the plugin.
-func (s store) load() ([]netRecord, map[string][]epRecord, []error) {
-	if s.db == nil {
-		return nil, nil, nil
+// decodeRecord decodes one JSON record strictly: a field this build does
+// not know means a record written by another (newer) schema, or damage,
+// and reading it anyway would act on half of it.
+func decodeRecord(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
 	}
-	var nets []netRecord
-	eps := map[string][]epRecord{}
-	var errs []error
+	if dec.More() {
+		return errors.New("trailing data after the record")
+	}
+	return nil
+}
+
+// load reads every network and its endpoints. A record that does not
+// decode (or has fields this build does not know) is reported, skipped and
+// left in the database as it is: one bad record must not stop the plugin,
+// and the sandbox of a network whose record is unreadable is adopted from
+// the kernel (restore.go). partial are the networks with an unreadable
+// endpoint record.
+func (s store) load() (nets []netRecord, eps map[string][]epRecord, partial map[string]bool, errs []error) {
+	eps, partial = map[string][]epRecord{}, map[string]bool{}
+	if s.db == nil {
+		return nil, eps, partial, nil
+	}
 	_ = s.db.View(func(tx *bbolt.Tx) error {
 		_ = tx.Bucket(bucketNetworks).ForEach(func(k, v []byte) error {
 			var r netRecord
-			if err := json.Unmarshal(v, &r); err != nil || r.ID != string(k) {
-				errs = append(errs, fmt.Errorf("stored network %q is unreadable: %v", k, err))
+			if err := decodeRecord(v, &r); err != nil || r.ID != string(k) || r.VNI == 0 {
+				errs = append(errs, fmt.Errorf("stored network %q is unreadable: %v", k, cmp.Or(err, errors.New("wrong id or no VNI"))))
 				return nil
 			}
 			nets = append(nets, r)
@@ -142,13 +163,15 @@ func (s store) load() ([]netRecord, map[string][]epRecord, []error) {
 		})
 		return tx.Bucket(bucketEndpoints).ForEach(func(k, v []byte) error {
 			var r epRecord
-			if err := json.Unmarshal(v, &r); err != nil || epKey(r.Network, r.ID) != string(k) {
-				errs = append(errs, fmt.Errorf("stored endpoint %q is unreadable: %v", k, err))
+			if err := decodeRecord(v, &r); err != nil || epKey(r.Network, r.ID) != string(k) {
+				errs = append(errs, fmt.Errorf("stored endpoint %q is unreadable: %v", k, cmp.Or(err, errors.New("wrong id"))))
+				nid, _, _ := strings.Cut(string(k), "/")
+				partial[nid] = true
 				return nil
 			}
 			eps[r.Network] = append(eps[r.Network], r)
 			return nil
 		})
 	})
-	return nets, eps, errs
+	return nets, eps, partial, errs
 }

@@ -18,6 +18,9 @@ import (
 // out: one outside every pool, a pool's network address, an IPv4 pool's
 // broadcast address, or a gateway. Caller holds n.mu.
 func (n *network) checkAddrs(ips []netip.Addr) error {
+	if n.unrecorded {
+		return nil // its subnets are unknown until Docker creates it again
+	}
 	for _, ip := range ips {
 		ip = ip.Unmap()
 		i := slices.IndexFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(ip) })

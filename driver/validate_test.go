@@ -73,7 +73,7 @@ func TestCreateEndpointRefusals(t *testing.T) {
 		if got := k.Snapshot(); !reflect.DeepEqual(got, kern) {
 			t.Errorf("%s: kernel changed:\nbefore %+v\nafter  %+v", c.name, kern, got)
 		}
-		if _, eps, _ := d.store.load(); len(eps["n1"]) != 1 {
+		if _, eps, _, _ := d.store.load(); len(eps["n1"]) != 1 {
 			t.Errorf("%s: %d endpoints stored, want e1 alone", c.name, len(eps["n1"]))
 		}
 	}

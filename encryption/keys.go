@@ -114,6 +114,13 @@ type Schedule struct {
 // DefaultSchedule rotates hourly.
 var DefaultSchedule = Schedule{Interval: time.Hour, Lead: time.Minute, Grace: 2 * time.Minute}
 
+// ScheduleEvery is the schedule of a rotation interval: new keys are
+// published a tenth of the interval (at most a minute) ahead, and old ones
+// kept a fifth (at most two minutes) after.
+func ScheduleEvery(interval time.Duration) Schedule {
+	return Schedule{Interval: interval, Lead: min(time.Minute, interval/10), Grace: min(2*time.Minute, interval/5)}
+}
+
 // Validate reports a schedule that could lose packets.
 func (s Schedule) Validate() error {
 	if s.Interval <= 0 || s.Lead <= 0 || s.Grace <= 0 {

@@ -274,6 +274,15 @@ func (m *Manager) Overhead() int { return Overhead }
 // so that its encrypted sandboxes may be kept.
 func (m *Manager) Resumed() bool { return m.resumed }
 
+// Inherited says whether the previous run's firewall rules, taken over at
+// start, guard vni: a sandbox adopted without a record of its network was
+// then an encrypted network's.
+func (m *Manager) Inherited(vni uint32) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Contains(m.inheritedVNIs, vni)
+}
+
 // EnableVNI starts encrypting a VNI used by a local sandbox.
 func (m *Manager) EnableVNI(vni uint32) error {
 	if m.unsupported != nil {

@@ -122,6 +122,35 @@ type Event struct {
 	Broken bool
 }
 
+// SandboxInfo is what a sandbox holds, read back from the kernel: enough
+// to take over one whose network the plugin has no record of.
+type SandboxInfo struct {
+	// Spec is the sandbox as built: VNI, port and local address from its
+	// VXLAN device, MTU from its bridge.
+	Spec SandboxSpec
+	// Veths are the sandbox ends of its veth pairs.
+	Veths []SandboxVeth
+}
+
+// SandboxVeth is the sandbox end of a veth pair.
+type SandboxVeth struct {
+	Name string
+	// Attached: the other end has left the host namespace, into a
+	// container's. One still in the host namespace carries no container.
+	Attached bool
+}
+
+// Attached counts the veths whose other end is in a container.
+func (i SandboxInfo) Attached() int {
+	n := 0
+	for _, v := range i.Veths {
+		if v.Attached {
+			n++
+		}
+	}
+	return n
+}
+
 // Kernel programs the data path.
 type Kernel interface {
 	// CreateSandbox builds a namespace with bridge BridgeName and VXLAN
@@ -134,10 +163,6 @@ type Kernel interface {
 	// Sandboxes lists the sandboxes that exist, including ones left by a
 	// previous run.
 	Sandboxes() ([]string, error)
-	// CheckSandbox says whether the sandbox's namespace is alive: nil, or
-	// ErrNotFound when it is gone (no mount, or a mount whose namespace
-	// died with a previous run). Its devices are not looked at.
-	CheckSandbox(name string) error
 	// RepairSandbox rebuilds inside the existing sandbox spec.Name what of
 	// CreateSandbox's work is missing or wrong: the bridge (and every veth
 	// re-enslaved to it), the VXLAN device (made anew from spec), links
@@ -151,6 +176,10 @@ type Kernel interface {
 	// the subscription breaks. The caller must keep receiving: a reader
 	// that falls behind gets an EventLost instead of what it missed.
 	Watch(ctx context.Context, sandbox string) (<-chan Event, error)
+	// Inspect reads back what the sandbox holds: its devices' spec (zero
+	// for a missing device) and its veths; ErrNotFound when the namespace
+	// is gone.
+	Inspect(sandbox string) (SandboxInfo, error)
 	// RemoveLeftovers deletes every sandbox for which keep (if not nil)
 	// returns false, and every host-side VXLAN or veth device of ours that a
 	// previous run left behind. Called once at start, before any sandbox is

@@ -56,6 +56,9 @@ type NetlinkConfig struct {
 type Netlink struct {
 	dir  string
 	host *netlink.Handle // rtnetlink socket in the host namespace; safe for concurrent use
+	// hostNS is the host namespace (a dup of its handle), for telling a
+	// veth whose other end is there from one moved into a container.
+	hostNS int
 
 	// seq numbers temporary host-side VXLAN names, so concurrent
 	// CreateSandbox calls never collide.
@@ -125,7 +128,12 @@ func NewNetlink(cfg NetlinkConfig) (*Netlink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlink kernel: open netlink socket in host namespace: %w", err)
 	}
-	return &Netlink{dir: dir, host: h, sandboxes: map[string]*sandbox{}}, nil
+	hostFD, err := unix.FcntlInt(uintptr(hostNS), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("netlink kernel: keep the host namespace: %w", err)
+	}
+	return &Netlink{dir: dir, host: h, hostNS: hostFD, sandboxes: map[string]*sandbox{}}, nil
 }
 
 // Close releases the host handle and every cached sandbox handle. It does
@@ -139,6 +147,7 @@ func (n *Netlink) Close() error {
 		n.release(sb)
 	}
 	n.host.Close()
+	unix.Close(n.hostNS)
 	return nil
 }
 

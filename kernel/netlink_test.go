@@ -900,3 +900,47 @@ func TestDataPath(t *testing.T) {
 		})
 	}
 }
+
+// TestInspect reads a sandbox back as restore needs it: its VXLAN device's
+// VNI, port and address, its bridge's MTU, and which veths carry a
+// container (the other end moved out of the host namespace). A half-made
+// sandbox (a mount point without a namespace) is not found.
+func TestInspect(t *testing.T) {
+	hst := newHost(t)
+	if err := hst.k.CreateSandbox(spec("net1", 300, "198.51.100.1")); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a", "b"} {
+		if err := hst.k.AddVeth("net1", kernel.Veth{HostName: "ovh" + v, SandboxName: "ovs" + v, MTU: 1450}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Docker moves the host end of a joined veth into the container.
+	ctr := testns.New(t)
+	l, err := hst.h.LinkByName("ovha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hst.h.LinkSetNsFd(l, int(ctr)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := hst.k.Inspect("net1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := spec("net1", 300, "198.51.100.1")
+	if info.Spec != want {
+		t.Errorf("Inspect spec %+v, want %+v", info.Spec, want)
+	}
+	wantVeths := []kernel.SandboxVeth{{Name: "ovsa", Attached: true}, {Name: "ovsb"}}
+	slices.SortFunc(info.Veths, func(a, b kernel.SandboxVeth) int { return strings.Compare(a.Name, b.Name) })
+	if !slices.Equal(info.Veths, wantVeths) || info.Attached() != 1 {
+		t.Errorf("Inspect veths %+v, want %+v", info.Veths, wantVeths)
+	}
+	if err := os.WriteFile(filepath.Join(hst.dir, "half"), nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hst.k.Inspect("half"); !errors.Is(err, kernel.ErrNotFound) {
+		t.Errorf("Inspect of a mount point without a namespace: %v, want ErrNotFound", err)
+	}
+}

@@ -127,18 +127,24 @@ func TestRepairSandbox(t *testing.T) {
 	hst.assertSandboxes(t, "sb")
 }
 
-func TestCheckSandbox(t *testing.T) {
+// A sandbox whose devices are gone is still there (the reconciler rebuilds
+// them); only a dead namespace is not found.
+func TestInspectDeadOrBroken(t *testing.T) {
 	hst := newHost(t)
 	must(t, hst.k.CreateSandbox(spec("sb", 302, "198.51.100.1")))
-	must(t, hst.k.CheckSandbox("sb"))
-	if err := hst.k.CheckSandbox("nope"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Fatalf("CheckSandbox of a missing sandbox: %v", err)
+	hst.inSandbox(t, "sb", "ip", "link", "del", kernel.VXLANName)
+	info, err := hst.k.Inspect("sb")
+	if err != nil || info.Spec.VNI != 0 || info.Spec.MTU == 0 {
+		t.Fatalf("Inspect of a sandbox without %s: %+v, %v", kernel.VXLANName, info, err)
+	}
+	if _, err := hst.k.Inspect("nope"); !errors.Is(err, kernel.ErrNotFound) {
+		t.Fatalf("Inspect of a missing sandbox: %v", err)
 	}
 	// A mount point left without its namespace, as a previous run's
 	// mount namespace leaves it.
 	must(t, unix.Unmount(filepath.Join(hst.dir, "sb"), unix.MNT_DETACH))
-	if err := hst.k.CheckSandbox("sb"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Fatalf("CheckSandbox of a dead mount: %v", err)
+	if _, err := hst.k.Inspect("sb"); !errors.Is(err, kernel.ErrNotFound) {
+		t.Fatalf("Inspect of a dead mount: %v", err)
 	}
 	if _, err := hst.k.RepairSandbox(spec("sb", 302, "198.51.100.1")); !errors.Is(err, kernel.ErrNotFound) {
 		t.Fatalf("RepairSandbox of a dead mount: %v", err)

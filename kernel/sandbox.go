@@ -213,8 +213,10 @@ func (n *Netlink) addVXLAN(sb *sandbox, spec SandboxSpec, local netip.Addr, brIn
 	return nil
 }
 
-// CheckSandbox implements Kernel.
-func (n *Netlink) CheckSandbox(name string) error {
+// checkSandbox says whether the sandbox's namespace is alive: nil, or
+// ErrNotFound when it is gone (no mount, or a mount whose namespace died
+// with a previous run). Its devices are not looked at.
+func (n *Netlink) checkSandbox(name string) error {
 	sb, err := n.sandbox(name)
 	if errors.Is(err, errNotNetns) {
 		return fmt.Errorf("sandbox %q: its namespace is gone (%w): %w", name, err, ErrNotFound)
@@ -232,7 +234,7 @@ func (n *Netlink) RepairSandbox(spec SandboxSpec) (repairs []Repair, retErr erro
 	if err != nil {
 		return nil, fmt.Errorf("repair sandbox: %w", err)
 	}
-	if err := n.CheckSandbox(spec.Name); err != nil {
+	if err := n.checkSandbox(spec.Name); err != nil {
 		return nil, fmt.Errorf("repair sandbox: %w", err)
 	}
 	sb, err := n.sandbox(spec.Name)
@@ -377,6 +379,54 @@ func (n *Netlink) Sandboxes() ([]string, error) {
 		}
 	}
 	return names, nil // ReadDir sorts by name
+}
+
+// Inspect implements Kernel. A veth's other end is in the host namespace
+// when the link's peer namespace id is the host's as the sandbox numbers
+// it (ids are per namespace); any other id is a container's. A missing
+// bridge or VXLAN device leaves its part of the spec zero: the reconciler
+// rebuilds devices, so only a dead namespace is "not found".
+func (n *Netlink) Inspect(name string) (SandboxInfo, error) {
+	sb, err := n.sandbox(name)
+	if errors.Is(err, errNotNetns) {
+		// A mount point whose namespace is gone (with the mount namespace
+		// of the run that made it): nothing is there.
+		return SandboxInfo{}, fmt.Errorf("inspect: %w: %w", ErrNotFound, err)
+	}
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("inspect: %w", err)
+	}
+	defer n.release(sb)
+	// Listing first: the kernel numbers the peer namespaces as it reports
+	// them, the host's included.
+	links, err := sb.h.LinkList()
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("inspect sandbox %q: list links: %w", name, classify(err))
+	}
+	hostID, err := sb.h.GetNetNsIdByFd(n.hostNS)
+	if err != nil {
+		return SandboxInfo{}, fmt.Errorf("inspect sandbox %q: host namespace id: %w", name, err)
+	}
+	info := SandboxInfo{Spec: SandboxSpec{Name: name}}
+	for _, l := range links {
+		a := l.Attrs()
+		switch v := l.(type) {
+		case *netlink.Vxlan:
+			if a.Name == VXLANName {
+				info.Spec.VNI, info.Spec.Port = uint32(v.VxlanId), uint16(v.Port)
+				if ip, ok := netip.AddrFromSlice(v.SrcAddr); ok {
+					info.Spec.Local = ip.Unmap()
+				}
+			}
+		case *netlink.Bridge:
+			if a.Name == BridgeName {
+				info.Spec.MTU = a.MTU
+			}
+		case *netlink.Veth:
+			info.Veths = append(info.Veths, SandboxVeth{Name: a.Name, Attached: a.NetNsID >= 0 && a.NetNsID != hostID})
+		}
+	}
+	return info, nil
 }
 
 // RemoveLeftovers implements Kernel.

@@ -8,12 +8,20 @@
 // Every mutation is one bbolt Update transaction and bbolt serialises
 // writers, so an Allocator is safe for concurrent use without a lock of its
 // own. Nothing is cached in memory: the database is the only state.
+//
+// A table that may have lost allocations (a state database moved aside, a
+// plugin that was a worker when networks were made) must not hand those
+// VNIs out again: Hold makes Allocate and Reserve wait while the caller
+// records what the networks hold (Recover) from whoever knows.
 package vni
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.etcd.io/bbolt"
 )
@@ -40,6 +48,57 @@ var (
 type Allocator struct {
 	db   *bbolt.DB
 	auto Range
+	// hold is set while allocations are being recovered: closed (and
+	// cleared) when done. Atomic: read by every Allocate and Reserve.
+	hold atomic.Pointer[holdState]
+}
+
+type holdState struct {
+	done chan struct{}
+	wait time.Duration
+}
+
+// Hold makes Allocate and Reserve wait for release, at most wait each,
+// and fail after that with an error saying to retry (swarm's allocator
+// retries a network whose allocation failed). Recover still works
+// meanwhile. release may be called more than once.
+func (a *Allocator) Hold(wait time.Duration) (release func()) {
+	h := &holdState{done: make(chan struct{}), wait: wait}
+	a.hold.Store(h)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.hold.CompareAndSwap(h, nil)
+			close(h.done)
+		})
+	}
+}
+
+// awaitRecovery waits for a Hold to be released.
+func (a *Allocator) awaitRecovery() error {
+	h := a.hold.Load()
+	if h == nil {
+		return nil
+	}
+	t := time.NewTimer(h.wait)
+	defer t.Stop()
+	select {
+	case <-h.done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("the VNIs in use are still being recovered (the local state was lost; the plugin asks the Docker engine): retry in a moment")
+	}
+}
+
+// Recover records that networkID holds vni, as learnt from a running
+// sandbox or from the engine's list of networks, unless the table says
+// that network holds a VNI already. A VNI the table gives another
+// network is an error: the table keeps its word.
+func (a *Allocator) Recover(networkID string, vni uint32) error {
+	if _, ok := a.Lookup(networkID); ok {
+		return nil
+	}
+	return a.reserve(networkID, vni)
 }
 
 // Open prepares the allocator's buckets in db and returns an allocator whose
@@ -70,6 +129,13 @@ func Open(db *bbolt.DB, auto Range) (*Allocator, error) {
 // returned earlier to Docker. Reserving the VNI the network already holds
 // succeeds and changes nothing.
 func (a *Allocator) Reserve(networkID string, vni uint32) error {
+	if err := a.awaitRecovery(); err != nil {
+		return err
+	}
+	return a.reserve(networkID, vni)
+}
+
+func (a *Allocator) reserve(networkID string, vni uint32) error {
 	if err := checkNetworkID(networkID); err != nil {
 		return err
 	}
@@ -102,6 +168,9 @@ func (a *Allocator) Reserve(networkID string, vni uint32) error {
 // VNI of the automatic range.
 func (a *Allocator) Allocate(networkID string) (uint32, error) {
 	if err := checkNetworkID(networkID); err != nil {
+		return 0, err
+	}
+	if err := a.awaitRecovery(); err != nil {
 		return 0, err
 	}
 	var vni uint32

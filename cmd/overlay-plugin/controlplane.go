@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/hkdf"
-	"crypto/sha256"
-	"encoding/base64"
-
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +31,8 @@ const advertiseWait = 10 * time.Second
 type controlPlane struct {
 	cluster *cluster.Cluster
 	enc     *encryption.Manager
-	// stopRun ends the goroutines below (the key schedule, Docker hints);
-	// runs counts them.
+	// stopRun ends the goroutines below (the key schedule and the keys'
+	// storing, Docker hints); runs counts them.
 	stopRun context.CancelFunc
 	runs    sync.WaitGroup
 	release func()
@@ -47,86 +42,6 @@ type controlPlane struct {
 type cpHolder struct{ p atomic.Pointer[controlPlane] }
 
 func (h *cpHolder) get() *controlPlane { return h.p.Load() }
-
-// readSecret reads the base64 32-byte cluster secret. The file should be
-// readable by root only; a looser mode is reported, not refused, since a
-// mounted secret's mode is not always ours to choose.
-func readSecret(path string, log *slog.Logger) ([]byte, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("cluster secret: %w", err)
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data)))
-	if err != nil || len(key) != encryption.SecretLen {
-		return nil, fmt.Errorf("cluster secret %s: want %d random bytes in base64 (make one with: head -c32 /dev/urandom | base64)", path, encryption.SecretLen)
-	}
-	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		log.Warn("cluster secret file is readable by others than its owner", "path", path, "mode", fi.Mode().Perm())
-	}
-	return key, nil
-}
-
-// subkey derives an independent key for one use of the cluster secret, so
-// the gossip key and the IPsec salt never coincide.
-func subkey(secret []byte, use string) []byte {
-	k, err := hkdf.Key(sha256.New, secret, nil, "overlay-plugin "+use, 32)
-	if err != nil {
-		panic(err) // only for impossible lengths
-	}
-	return k
-}
-
-// keyPublisher carries the encryption manager's public keys to the
-// cluster's node data, which exists only after the manager (the manager
-// publishes its first keys as it starts), and to the state database for
-// the next run (keystate.go).
-type keyPublisher struct {
-	db   *bbolt.DB
-	vtep netip.Addr
-	log  *slog.Logger
-	// mu guards latest and c. Leaf lock, taken under the encryption mutex
-	// (the database's own lock sits below it).
-	mu     sync.Mutex
-	latest []byte
-	c      *cluster.Cluster
-}
-
-func (p *keyPublisher) publish(keys []encryption.PublicKey) {
-	b, err := encryption.EncodePublicKeys(keys)
-	if err != nil {
-		p.log.Error("encode public keys", "err", err)
-		return
-	}
-	if err := saveKeys(p.db, p.vtep, b); err != nil {
-		p.log.Error("store public keys for the next run", "err", err)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.latest = b
-	if p.c != nil {
-		if err := p.c.SetNodeData(b); err != nil {
-			p.log.Error("publish public keys", "err", err)
-		}
-	}
-}
-
-func (p *keyPublisher) attach(c *cluster.Cluster) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.c = c
-	if p.latest != nil {
-		if err := c.SetNodeData(p.latest); err != nil {
-			p.log.Error("publish public keys", "err", err)
-		}
-	}
-}
-
-// keySchedule turns the rotation interval into a schedule: new keys are
-// published a tenth of the interval (at most a minute) ahead, and old ones
-// kept a fifth (at most two minutes) after.
-func keySchedule(interval time.Duration) encryption.Schedule {
-	return encryption.Schedule{Interval: interval, Lead: min(time.Minute, interval/10), Grace: min(2*time.Minute, interval/5)}
-}
 
 // startControlPlane settles this host's address and starts gossip and
 // encryption. Without a gossip port it only settles the address.
@@ -147,7 +62,7 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	var secret []byte
 	if cfg.SecretFile != "" {
 		var err error
-		if secret, err = readSecret(cfg.SecretFile, log); err != nil {
+		if secret, err = encryption.ReadSecret(cfg.SecretFile, log); err != nil {
 			return nil, err
 		}
 	}
@@ -158,16 +73,16 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	}
 	cp := &controlPlane{release: func() {}, stopRun: func() {}}
 	var enc atomic.Pointer[encryption.Manager]
-	pub := &keyPublisher{db: db, vtep: addr, log: log}
+	pub := encryption.NewPublisher(encryption.KeyStore{DB: db}, addr, log)
 	if secret != nil {
-		resume := keysToResume(db, addr, log)
+		resume := encryption.KeyStore{DB: db}.Resume(addr, log)
 		x, fw, release, err := deps.newEncryption(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("encryption: %w", err)
 		}
 		cp.release = release
-		cp.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: subkey(secret, "esp salt v1"),
-			Local: addr, Port: cfg.VXLANPort, Schedule: keySchedule(cfg.KeyRotation), Publish: pub.publish, Logger: log,
+		cp.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: encryption.Subkey(secret, encryption.UseESP),
+			Local: addr, Port: cfg.VXLANPort, Schedule: encryption.ScheduleEvery(cfg.KeyRotation), Publish: pub.Publish, Logger: log,
 			Resume: resume})
 		if err != nil {
 			release()
@@ -177,7 +92,7 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	}
 	var gossipKey []byte
 	if secret != nil {
-		gossipKey = subkey(secret, "gossip v1")
+		gossipKey = encryption.Subkey(secret, encryption.UseGossip)
 	}
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
@@ -208,12 +123,13 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
 	cp.cluster = c
-	pub.attach(c)
+	pub.Attach(c)
 	runCtx, cancel := context.WithCancel(context.Background())
 	cp.stopRun = cancel
 	if cp.enc != nil {
 		drv.SetEncryption(cp.enc)
 		cp.runs.Go(func() { cp.enc.Run(runCtx, time.Second) })
+		cp.runs.Go(func() { pub.Run(runCtx) })
 	}
 	if cfg.DockerSocket != "" {
 		engine := dockerengine.New(cfg.DockerSocket)
@@ -245,23 +161,6 @@ func (cp *controlPlane) stopEncryption() {
 		cp.enc.Detach()
 	}
 	cp.release()
-}
-
-// keysToResume returns the public keys the previous run published, if it
-// published them for addr: its IPsec state is then this run's to take
-// over. Otherwise that state is removed, and with it the encrypted
-// sandboxes the driver adopted.
-func keysToResume(db *bbolt.DB, addr netip.Addr, log *slog.Logger) []encryption.PublicKey {
-	vtep, keys, err := loadKeys(db)
-	switch {
-	case err != nil:
-		log.Warn("stored public keys unreadable: the previous run's IPsec state cannot be taken over", "err", err)
-		return nil
-	case keys != nil && vtep != addr:
-		log.Warn("this host's address changed since the previous run: its IPsec state cannot be taken over", "was", vtep, "now", addr)
-		return nil
-	}
-	return keys
 }
 
 // newNetlinkEncryption is the real xfrm and nftables side.

@@ -18,7 +18,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/vishvananda/netns"
 	"go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
@@ -28,6 +27,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
 	"github.com/overlay-plugin/overlay-plugin/servicewatch"
+	"github.com/overlay-plugin/overlay-plugin/statedb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
@@ -140,16 +140,13 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	serverErrs := make(chan error, 3)
 	pluginSrv := startServer(pl, plugin, serverErrs, "plugin API", deps.readTimeout)
 
-	// 2. The state database. bbolt locks the file: a second instance on the
-	// same state directory fails here.
+	// 2. The state database. A damaged or newer one stops the plugin here,
+	// before anything is removed on its word (see statedb); bbolt locks the
+	// file, so a second instance on the same state directory fails too.
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("state directory: %w", err), pluginSrv)
 	}
-	dbPath := filepath.Join(cfg.StateDir, stateDBName)
-	db, err := bbolt.Open(dbPath, 0o600, &bbolt.Options{Timeout: deps.lockWait})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		err = fmt.Errorf("%s is locked: another overlay-plugin instance is using state directory %s (give each instance its own --state-dir)", dbPath, cfg.StateDir)
-	}
+	db, err := statedb.Open(filepath.Join(cfg.StateDir, stateDBName), statedb.Options{LockWait: deps.lockWait, Logger: log})
 	if err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("open state database: %w", err), pluginSrv)
 	}
@@ -183,13 +180,31 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		log.Info("serving metrics", "addr", ml.Addr())
 	}
 
-	// 4. The driver, which removes what a previous run left in the kernel.
-	drv, release, err := buildDriver(cfg, deps, db, log)
+	// 4. The driver, which adopts what a previous run left in the kernel
+	// and removes its provable leftovers.
+	drv, vnis, release, err := buildDriver(cfg, deps, db, log)
 	if err != nil {
 		g.fail(err)
 		return stopServers(log, g, deps, err, servers...)
 	}
 	closers = append(closers, release)
+	// The VNIs a lost state held, from the engine, before any is handed
+	// out (vnirecovery.go).
+	vniCtx, stopVNIs := context.WithCancel(ctx)
+	defer stopVNIs()
+	vniDone := make(chan struct{})
+	if cfg.DockerSocket != "" {
+		releaseVNIs := vnis.Hold(vniHoldWait)
+		engine := dockerengine.New(cfg.DockerSocket)
+		go func() {
+			defer close(vniDone)
+			defer engine.Close()
+			recoverVNIs(vniCtx, engine, vnis, releaseVNIs, log)
+		}()
+	} else {
+		close(vniDone)
+		log.Info("no Docker socket: VNI allocations known only from this host's own state")
+	}
 	g.setDriver(drv)
 	log.Info("overlay plugin ready")
 
@@ -260,6 +275,8 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	stopResync()
 	<-resyncDone
 	<-svcDone
+	stopVNIs()
+	<-vniDone
 	cp := cps.get()
 	if cp != nil {
 		cp.stopGossip(log)
@@ -276,7 +293,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 
 // buildDriver builds the kernel, underlay, VNI table and driver. release
 // frees the kernel and underlay handles (after Driver.Close).
-func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger) (*driver.Driver, func(), error) {
+func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger) (*driver.Driver, *vni.Allocator, func(), error) {
 	var releases []func()
 	release := func() {
 		for i := len(releases) - 1; i >= 0; i-- {
@@ -285,34 +302,30 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 	}
 	k, rk, err := deps.newKernel(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kernel data path: %w", err)
+		return nil, nil, nil, fmt.Errorf("kernel data path: %w", err)
 	}
 	releases = append(releases, rk)
 	u, ru, err := deps.newUnderlay(cfg)
 	if err != nil {
 		release()
-		return nil, nil, fmt.Errorf("underlay: %w", err)
+		return nil, nil, nil, fmt.Errorf("underlay: %w", err)
 	}
 	releases = append(releases, ru)
 	vnis, err := vni.Open(db, vni.DefaultRange)
 	if err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	// Encrypted sandboxes are kept if the previous run published keys this
-	// one may take over (see keysToResume).
-	_, keys, err := loadKeys(db)
-	if err != nil {
-		log.Warn("stored public keys unreadable: encrypted sandboxes of the previous run will be removed", "err", err)
-	}
+	// With a secret, the encryption side is connected once the control
+	// plane starts (startControlPlane).
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
-		VXLANPort: cfg.VXLANPort, ResumeEncrypted: cfg.SecretFile != "" && cfg.GossipPort != 0 && len(keys) > 0,
+		VXLANPort: cfg.VXLANPort, ExpectEncryption: cfg.SecretFile != "" && cfg.GossipPort != 0,
 		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, ResyncPeriod: cfg.ResyncPeriod, Logger: log})
 	if err != nil {
 		release()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return drv, release, nil
+	return drv, vnis, release, nil
 }
 
 // startServer serves h on l in the background; a failure of Serve other

@@ -24,6 +24,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 	"github.com/overlay-plugin/overlay-plugin/servicelb/fakelb"
+	"github.com/overlay-plugin/overlay-plugin/statedb"
 )
 
 // instance is one serve run in-process.
@@ -481,5 +482,35 @@ func TestServeCutsOffStalledRequests(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: a stalled request was still open after %v: %v", filepath.Base(sock), time.Since(start), err)
 		}
+	}
+}
+
+// TestServeRefusesDamagedState: a 0-byte state.db is a lost database, not
+// a new one: serve stops before building the driver (which would remove
+// the sandboxes it does not know), and leaves the file and the kernel as
+// they are.
+func TestServeRefusesDamagedState(t *testing.T) {
+	cfg := testConfig(t)
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(cfg.StateDir, stateDBName)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := fakekernel.New()
+	k.AddLeftover(kernel.SandboxSpec{Name: "net1", VNI: 300, Port: 4789})
+	err := serve(context.Background(), cfg, testDeps(k), testLogger(t))
+	if !errors.Is(err, statedb.ErrUnreadable) {
+		t.Fatalf("serve on a 0-byte state.db: %v, want a refusal", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Errorf("state.db changed: %v %v", fi, err)
+	}
+	if _, ok := k.Snapshot()["net1"]; !ok {
+		t.Error("the sandbox was removed")
+	}
+	if exists(cfg.Socket) || exists(cfg.AdminSocket) {
+		t.Error("socket files left behind")
 	}
 }

@@ -128,6 +128,13 @@ type PluginConfig struct {
 	Env []string
 	// StartTimeout bounds the wait for the sockets and /healthz.
 	StartTimeout time.Duration
+	// SandboxesOutlive keeps the plugin in the test's mount namespace
+	// (nsenter --net, not `ip netns exec`, which gives it a private one),
+	// so its sandbox mounts, and with them the sandboxes and the
+	// containers' interfaces, outlive the process as a managed plugin's
+	// do on the host's /run/overlay-plugin. The Bed unmounts what is left
+	// at cleanup.
+	SandboxesOutlive bool
 	// OnSocket, if set, is called once as soon as the Docker API socket
 	// accepts a connection, before /healthz is awaited: dockerd dials a
 	// plugin's socket until it answers and calls it at once (calls made
@@ -223,14 +230,19 @@ func (h *Host) StartPlugin(cfg PluginConfig) (*Plugin, error) {
 		return nil, err
 	}
 	p.logf = logf
-	args := []string{"ip", "netns", "exec", h.NS.Name, bin, "serve",
+	launcher := []string{"ip", "netns", "exec", h.NS.Name}
+	if cfg.SandboxesOutlive {
+		launcher = []string{"nsenter", "--net=" + h.NS.Path(), "--"}
+		b.onCleanup("unmount the sandboxes left on "+h.Name, func() error { return unmountSandboxes(p.SandboxDir) })
+	}
+	args := append(launcher, bin, "serve",
 		"--socket", p.Socket,
 		"--state-dir", p.StateDir,
 		"--sandbox-dir", p.SandboxDir,
 		"--admin-socket", p.AdminSocket,
 		"--advertise-addr", h.Underlay.String(),
 		"--log-level", "debug",
-	}
+	)
 	if cfg.VXLANPort != 0 {
 		args = append(args, "--vxlan-port", strconv.Itoa(cfg.VXLANPort))
 	}
@@ -239,7 +251,8 @@ func (h *Host) StartPlugin(cfg PluginConfig) (*Plugin, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), cfg.Env...)
-	// `ip netns exec` execs the plugin in place: cmd's PID is the plugin's.
+	// `ip netns exec` and nsenter exec the plugin in place: cmd's PID is
+	// the plugin's.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.cmd = cmd
 	if err := startFromSpawner(cmd); err != nil {
@@ -261,6 +274,27 @@ func (h *Host) StartPlugin(cfg PluginConfig) (*Plugin, error) {
 		return p, fmt.Errorf("plugin on %s (pid %d) not ready: %w\n--- log tail ---\n%s", h.Name, p.Pid(), err, p.LogTail(40))
 	}
 	return p, nil
+}
+
+// unmountSandboxes detaches the sandbox mounts a plugin left in dir, each
+// a network namespace: the last reference to it, so the namespace goes
+// with its devices.
+func unmountSandboxes(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", path, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (p *Plugin) waitReady(timeout time.Duration, onSocket func(*Plugin) error) error {

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/faults"
@@ -31,7 +32,7 @@ const (
 	OpDeleteFDB      Op = "DeleteFDB"
 	// Reads, dumps and the rest: a fault matrix fails these too.
 	OpSandboxes      Op = "Sandboxes"
-	OpCheckSandbox   Op = "CheckSandbox"
+	OpInspect        Op = "Inspect"
 	OpRepairSandbox  Op = "RepairSandbox"
 	OpRemoveLeftover Op = "RemoveLeftovers"
 	OpWatch          Op = "Watch"
@@ -41,7 +42,7 @@ const (
 
 // Ops lists every operation, for tests that fail each in turn.
 var Ops = []Op{OpCreateSandbox, OpDeleteSandbox, OpAddVeth, OpDeleteVeth, OpSetNeighbor, OpDeleteNeighbor,
-	OpAddFDB, OpDeleteFDB, OpSandboxes, OpCheckSandbox, OpRepairSandbox, OpRemoveLeftover, OpWatch, OpNeighbors, OpFDB}
+	OpAddFDB, OpDeleteFDB, OpSandboxes, OpInspect, OpRepairSandbox, OpRemoveLeftover, OpWatch, OpNeighbors, OpFDB}
 
 // Sandbox is a snapshot of one sandbox's state.
 type Sandbox struct {
@@ -90,7 +91,9 @@ type Kernel struct {
 	mu        sync.Mutex
 	sandboxes map[string]*Sandbox
 	hostLinks map[string]string // host-end veth name -> sandbox
-	vnis      map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
+	// moved are host ends moved into a container (MoveToContainer).
+	moved map[string]bool
+	vnis  map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
 	// watchers are the Watch subscriptions by sandbox.
 	watchers map[string][]*watcher
 
@@ -102,9 +105,44 @@ func New() *Kernel {
 	return &Kernel{
 		sandboxes: map[string]*Sandbox{},
 		hostLinks: map[string]string{},
+		moved:     map[string]bool{},
 		vnis:      map[uint32]string{},
 		watchers:  map[string][]*watcher{},
 	}
+}
+
+// MoveToContainer does what Docker does with a joined veth's host end:
+// Inspect reports its pair attached from then on.
+func (k *Kernel) MoveToContainer(hostName string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.moved[hostName] = true
+}
+
+// Inspect reports the sandbox's spec and its veths; a device BreakDevice
+// removed leaves its part of the spec zero, as on the real kernel.
+func (k *Kernel) Inspect(name string) (kernel.SandboxInfo, error) {
+	if err := k.check(OpInspect, name); err != nil {
+		return kernel.SandboxInfo{}, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.sandbox(name)
+	if err != nil {
+		return kernel.SandboxInfo{}, err
+	}
+	info := kernel.SandboxInfo{Spec: s.Spec}
+	if s.Broken[kernel.VXLANName] == "missing" {
+		info.Spec.VNI, info.Spec.Port, info.Spec.Local = 0, 0, netip.Addr{}
+	}
+	if s.Broken[kernel.BridgeName] == "missing" {
+		info.Spec.MTU = 0
+	}
+	for _, v := range s.Veths {
+		info.Veths = append(info.Veths, kernel.SandboxVeth{Name: v.SandboxName, Attached: k.moved[v.HostName]})
+	}
+	slices.SortFunc(info.Veths, func(a, b kernel.SandboxVeth) int { return strings.Compare(a.Name, b.Name) })
+	return info, nil
 }
 
 // SetFault installs a hook consulted before every operation but the
@@ -235,6 +273,7 @@ func (k *Kernel) DeleteSandbox(name string) error {
 	return k.mutate(OpDeleteSandbox, name, func(s *Sandbox) error {
 		for _, v := range s.Veths {
 			delete(k.hostLinks, v.HostName)
+			delete(k.moved, v.HostName)
 		}
 		delete(k.vnis, s.Spec.VNI)
 		delete(k.sandboxes, name)
@@ -268,6 +307,7 @@ func (k *Kernel) RemoveLeftovers(keep func(string) bool) error {
 		}
 		for _, v := range s.Veths {
 			delete(k.hostLinks, v.HostName)
+			delete(k.moved, v.HostName)
 		}
 		delete(k.vnis, s.Spec.VNI)
 		delete(k.sandboxes, name)
@@ -301,6 +341,7 @@ func (k *Kernel) DeleteVeth(sandbox, sandboxName string) error {
 		delete(s.Veths, sandboxName)
 		delete(s.Broken, sandboxName)
 		delete(k.hostLinks, v.HostName)
+		delete(k.moved, v.HostName)
 		return nil
 	})
 }
@@ -372,16 +413,6 @@ func (k *Kernel) FDB(sandbox string) ([]kernel.FDBEntry, error) {
 		}
 		return out
 	})
-}
-
-func (k *Kernel) CheckSandbox(name string) error {
-	if err := k.check(OpCheckSandbox, name); err != nil {
-		return err
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	_, err := k.sandbox(name)
-	return err
 }
 
 // BreakDevice does to a sandbox what someone deleting a device there

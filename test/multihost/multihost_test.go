@@ -99,6 +99,12 @@ type cluster struct {
 // then feeds every plugin the other hosts' endpoints through its admin API.
 func setup(t *testing.T, fam testbed.Family, hosts int) *cluster {
 	t.Helper()
+	return setupWith(t, fam, hosts, adminFedPlugin)
+}
+
+// setupWith is setup with the plugins run as cfg says.
+func setupWith(t *testing.T, fam testbed.Family, hosts int, cfg testbed.PluginConfig) *cluster {
+	t.Helper()
 	bed := testbed.New(t)
 	topo, err := bed.NewTopology(fam, hosts)
 	if err != nil {
@@ -109,7 +115,7 @@ func setup(t *testing.T, fam testbed.Family, hosts int) *cluster {
 	}
 	c := &cluster{topo: topo, netID: testbed.SwarmID()}
 	for i, h := range topo.Hosts {
-		p, err := h.StartPlugin(adminFedPlugin)
+		p, err := h.StartPlugin(cfg)
 		if err != nil {
 			t.Fatalf("start plugin: %v", err)
 		}
