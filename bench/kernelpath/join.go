@@ -30,6 +30,8 @@ type JoinResult struct {
 	// Correct: every Join succeeded and left exactly one container end
 	// per joined endpoint in the worker's namespace.
 	Correct bool `json:"correct"`
+	// Error: the first failed call, which ended the run there.
+	Error string `json:"error,omitempty"`
 }
 
 func newJoiner(job Job) (joiner, error) {
@@ -44,24 +46,32 @@ func newJoiner(job Job) (joiner, error) {
 
 // runJoin: every network's first Join (timed one by one), then
 // job.Joins more Joins spread over the networks, in sequence (each timed),
-// left again, then the same Joins all at once.
+// left again, then the same Joins all at once. A failed call ends the run
+// with what it measured so far and the error.
 func runJoin(job Job) (*JoinResult, error) {
+	res := &JoinResult{}
+	if err := joinRounds(job, res); err != nil {
+		res.Error = err.Error()
+	}
+	return res, nil
+}
+
+func joinRounds(job Job, res *JoinResult) error {
 	if err := os.MkdirAll(job.StateDir, 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	j, err := newJoiner(job)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer j.close()
-	res := &JoinResult{}
 	for k := range job.Networks {
 		if err := j.createNetwork(k); err != nil {
-			return nil, err
+			return err
 		}
 		t := time.Now()
 		if err := j.join(k, 0); err != nil {
-			return nil, fmt.Errorf("first join: %w", err)
+			return fmt.Errorf("first join: %w", err)
 		}
 		res.FirstMs = append(res.FirstMs, ms(time.Since(t)))
 	}
@@ -70,14 +80,14 @@ func runJoin(job Job) (*JoinResult, error) {
 	for i := range job.Joins {
 		s := time.Now()
 		if err := j.join(i%job.Networks, 1+i/job.Networks); err != nil {
-			return nil, fmt.Errorf("join: %w", err)
+			return fmt.Errorf("join: %w", err)
 		}
 		res.ExistingMs = append(res.ExistingMs, ms(time.Since(s)))
 	}
 	res.SequentialSec = time.Since(t).Seconds()
 	for i := range job.Joins {
 		if err := j.leave(i%job.Networks, 1+i/job.Networks); err != nil {
-			return nil, fmt.Errorf("leave: %w", err)
+			return fmt.Errorf("leave: %w", err)
 		}
 	}
 	errs := make([]error, job.Joins)
@@ -95,15 +105,15 @@ func runJoin(job Job) (*JoinResult, error) {
 	res.ConcurrentSec = time.Since(t).Seconds()
 	for _, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("concurrent join: %w", err)
+			return fmt.Errorf("concurrent join: %w", err)
 		}
 	}
 	ends, err := vethEnds()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.Correct = ends == job.Networks+job.Joins
-	return res, nil
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -135,7 +135,13 @@ func (r *JoinReport) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Join latency\n\n%s\n\n", r.Env.line(r.Reps))
 	fmt.Fprintf(&b, "%d networks; %d Joins into existing sandboxes (endpoint i in network i mod %d), in sequence and then all at once. "+
-		"Each timed Join is CreateEndpoint + Join. Every run correct: %v.\n\n", r.Networks, r.Joins, r.Networks, r.Correct)
+		"Each timed Join is CreateEndpoint + Join. Every plugin run correct: %v. \"—\": not measured (see the runs' errors).\n\n", r.Networks, r.Joins, r.Networks, r.Correct)
+	for _, run := range r.Runs {
+		if run.Error != "" {
+			fmt.Fprintf(&b, "- rep %d, %s stopped: %s\n", run.Rep+1, run.System, run.Error)
+		}
+	}
+	b.WriteString("\n")
 	b.WriteString("| figure | plugin min / median / max | moby min / median / max | moby ÷ plugin min / median / max |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| first Join (builds the sandbox), p50 ms | %s | %s | %s |\n", r.FirstP50["plugin"], r.FirstP50["moby"], r.FirstRatio)
 	fmt.Fprintf(&b, "| Join into an existing sandbox, p50 ms | %s | %s | %s |\n", r.ExistingP50["plugin"], r.ExistingP50["moby"], r.ExistingRatio)

@@ -93,6 +93,9 @@ func stat(v []float64) Stat {
 }
 
 func (s Stat) String() string {
+	if s.N == 0 {
+		return "—"
+	}
 	return fmt.Sprintf("%s / %s / %s", num(s.Min), num(s.Median), num(s.Max))
 }
 
