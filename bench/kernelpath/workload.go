@@ -19,8 +19,9 @@ type peer struct {
 // remoteHosts is how many VTEPs the peers live on.
 const remoteHosts = 100
 
-// netID and epID are Docker-like ids (64 hex digits).
-func netID(k int) string   { return fmt.Sprintf("%064x", 0xbe00+k) }
+// netID and epID are Docker-like ids (64 hex digits); moby names a
+// sandbox by the first 10 digits of its network's id.
+func netID(k int) string   { return fmt.Sprintf("%04x%060x", 0xbe00+k, 0) }
 func epID(k, i int) string { return fmt.Sprintf("%056x%08x", 0xe0+k, i) }
 
 // localID is network k's j-th local endpoint; its first 12 digits, which
