@@ -13,6 +13,7 @@ package kernel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
@@ -211,4 +212,40 @@ type Kernel interface {
 	// reconciliation and inspection.
 	Neighbors(sandbox string) ([]Neighbor, error)
 	FDB(sandbox string) ([]FDBEntry, error)
+}
+
+// EntryCalls are Kernel's single-entry calls.
+type EntryCalls interface {
+	SetNeighbor(sandbox string, n Neighbor) error
+	DeleteNeighbor(sandbox string, ip netip.Addr) error
+	AddFDB(sandbox string, e FDBEntry) error
+	DeleteFDB(sandbox string, e FDBEntry) error
+}
+
+// ProgramEach is Program done with k's single calls, one op at a time:
+// for implementations (and wrappers) with no faster way.
+func ProgramEach(k EntryCalls, sandbox string, ops []EntryOp) []error {
+	var errs []error
+	for i, op := range ops {
+		var err error
+		switch op.Kind {
+		case OpSetNeighbor:
+			err = k.SetNeighbor(sandbox, op.Neighbor)
+		case OpDeleteNeighbor:
+			err = k.DeleteNeighbor(sandbox, op.Neighbor.IP)
+		case OpAddFDB:
+			err = k.AddFDB(sandbox, op.FDB)
+		case OpDeleteFDB:
+			err = k.DeleteFDB(sandbox, op.FDB)
+		default:
+			err = fmt.Errorf("unknown entry op %d", op.Kind)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(ops))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
 }

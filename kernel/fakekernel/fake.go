@@ -550,27 +550,5 @@ var _ kernel.Kernel = (*Kernel)(nil)
 // Program applies each op as its single call would, fault injection
 // included.
 func (k *Kernel) Program(sandbox string, ops []kernel.EntryOp) []error {
-	var errs []error
-	for i, op := range ops {
-		var err error
-		switch op.Kind {
-		case kernel.OpSetNeighbor:
-			err = k.SetNeighbor(sandbox, op.Neighbor)
-		case kernel.OpDeleteNeighbor:
-			err = k.DeleteNeighbor(sandbox, op.Neighbor.IP)
-		case kernel.OpAddFDB:
-			err = k.AddFDB(sandbox, op.FDB)
-		case kernel.OpDeleteFDB:
-			err = k.DeleteFDB(sandbox, op.FDB)
-		default:
-			err = fmt.Errorf("unknown entry op %d", op.Kind)
-		}
-		if err != nil {
-			if errs == nil {
-				errs = make([]error, len(ops))
-			}
-			errs[i] = err
-		}
-	}
-	return errs
+	return kernel.ProgramEach(k, sandbox, ops)
 }
