@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GOEXPERIMENT ?= runtimesecret
 export GOEXPERIMENT
 
-.PHONY: all build demo test test-go test-unit test-vm vm-smoke bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet clean
+.PHONY: all build demo test test-go test-unit test-vm vm-smoke bench bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet clean
 
 all: build
 
@@ -89,6 +89,18 @@ bench-scale-realtime:
 	@mkdir -p build
 	cd bench && $(GO) build -o ../build/scale-realtime ./cmd/scale-realtime
 	flock /tmp/overlay-timing.lock build/scale-realtime -hosts $(REALTIME_HOSTS) -reps $(REALTIME_REPS) -out bench/results/scale-realtime
+
+# make bench: every speed claim against its reference, in the same run,
+# interleaved (docs/benchmarks.md). The kernel path (bench/kernelpath):
+# peers programmed per second, this driver against moby's overlay driver
+# in-process, a raw netlink loop and ip/bridge -batch; Join latency, both
+# drivers. Each run is a child process in namespaces of its own. Writes
+# bench/results/{peers,join}.{json,md,png}. Root; holds the timing lock.
+BENCH_REPS ?= 3
+bench:
+	@mkdir -p build
+	cd bench && $(GO) build -o ../build/bench ./cmd/bench
+	flock $(SCALE_LOCK) build/bench -reps $(BENCH_REPS) -out bench/results
 
 # The Docker managed plugin: build/plugin (config.json + rootfs), no image
 # registry involved; plugin-install creates and enables it in the local

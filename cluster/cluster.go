@@ -112,6 +112,13 @@ type Sink interface {
 	DeletePeer(networkID, endpointID string) error
 }
 
+// BatchSink is a Sink that also takes a burst of one network's additions
+// at once (the driver programs them as one kernel batch).
+type BatchSink interface {
+	Sink
+	AddPeers(networkID string, peers []peerdb.Peer) error
+}
+
 // Config builds a Cluster.
 type Config struct {
 	NodeName      string     // unique per node; memberlist node name
@@ -655,16 +662,77 @@ func (c *Cluster) deliverLoop() {
 					c.nodeData(nd.vtep, nd.data)
 				}
 			}
-			for _, d := range batch {
-				select {
-				case <-c.stop:
-					return
-				default:
-				}
-				c.deliver(d)
+			if !c.deliverRound(batch) {
+				return
 			}
 		}
 	}
+}
+
+// deliverRound hands one round of deliveries to the sink, false if the
+// cluster stopped meanwhile. A BatchSink gets each network's additions in
+// one call: they are distinct endpoints at their current values, so their
+// order does not matter.
+func (c *Cluster) deliverRound(batch []delivery) bool {
+	stopped := func() bool {
+		select {
+		case <-c.stop:
+			return true
+		default:
+			return false
+		}
+	}
+	bs, ok := c.sink.(BatchSink)
+	if !ok {
+		for _, d := range batch {
+			if stopped() {
+				return false
+			}
+			c.deliver(d)
+		}
+		return true
+	}
+	slices.SortFunc(batch, func(a, b delivery) int {
+		if r := strings.Compare(a.nid, b.nid); r != 0 {
+			return r
+		}
+		return cmpBool(a.add, b.add)
+	})
+	var peers []peerdb.Peer
+	for i := 0; i < len(batch); {
+		if stopped() {
+			return false
+		}
+		d := batch[i]
+		if !d.add {
+			c.deliver(d)
+			i++
+			continue
+		}
+		peers = peers[:0]
+		j := i
+		for ; j < len(batch) && batch[j].add && batch[j].nid == d.nid; j++ {
+			peers = append(peers, batch[j].peer)
+		}
+		err := bs.AddPeers(d.nid, peers)
+		c.deliveries.Add(uint64(j - i))
+		if err != nil {
+			c.sErr.Add(1)
+			c.log.Debug("sink did not apply remote endpoint changes", "network", d.nid, "endpoints", j-i, "err", err)
+		}
+		i = j
+	}
+	return true
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func (c *Cluster) deliver(d delivery) {

@@ -191,7 +191,7 @@ func New(cfg Config) (*Driver, error) {
 		log = slog.Default()
 	}
 	d := &Driver{
-		store:      store{cfg.DB},
+		store:      newStore(cfg.DB),
 		kernel:     cfg.Kernel,
 		lb:         cfg.LoadBalancer,
 		sandboxDir: cfg.SandboxDir,

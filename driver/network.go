@@ -73,6 +73,8 @@ type network struct {
 	// svcEndpoints the endpoints of their tasks (services.go).
 	services     []Service
 	svcEndpoints map[string]bool
+	// batch is apply's buffer.
+	batch entryBatch
 	// adopted: the sandbox is the previous run's and the remote
 	// endpoints are not settled yet (see reconcile). reconcileErr is the
 	// outcome of the last reconcile, for State.
@@ -358,31 +360,67 @@ func (d *Driver) teardownSandbox(n *network) error {
 	return nil
 }
 
-// apply programs a batch of ownership changes. Caller holds n.mu.
+// apply programs a batch of ownership changes: their neighbour and FDB
+// entries go to the kernel in one Program call, pipelined, and each
+// entry's failure is reported (and kicks the reconciler, reconcile.go,
+// which compares the whole). The peer db is updated whether or not the
+// kernel accepted a change, so it stays the desired state. Caller holds
+// n.mu.
 func (d *Driver) apply(n *network, changes []peerdb.Change) error {
-	var errs []error
-	for _, c := range changes {
-		errs = append(errs, d.program(n, c))
-	}
-	return errors.Join(errs...)
-}
-
-// program turns one ownership change into neighbour and FDB updates: the
-// fast path, one change at a time with no kernel dump; a failure kicks
-// the reconciler (reconcile.go), which compares the whole. Local
-// owners need no entry: the bridge reaches them directly. The FDB entry of
-// a (VTEP, MAC) is added with its first binding and removed with its last.
-// The peer db is updated whether or not the kernel accepted the change, so
-// it stays the desired state. Caller holds n.mu.
-func (d *Driver) program(n *network, c peerdb.Change) error {
-	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) {
+	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) || len(changes) == 0 {
 		return nil
 	}
+	b := &n.batch
+	b.ops, b.released = b.ops[:0], b.released[:0]
 	var errs []error
-	if c.New != nil && !c.New.Local {
-		if err := d.kernel.SetNeighbor(n.sandbox, kernel.Neighbor{IP: c.IP, MAC: c.New.MAC}); err != nil {
+	for _, c := range changes {
+		if err := d.plan(n, c, b); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	for i, err := range d.kernel.Program(n.sandbox, b.ops) {
+		if err != nil && !(isDelete(b.ops[i].Kind) && errors.Is(err, kernel.ErrNotFound)) {
+			errs = append(errs, err)
+		}
+	}
+	// A VTEP's IPsec state goes after its last FDB entry.
+	for _, vtep := range b.released {
+		if err := d.encryption().RemoveRemote(vtep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		n.kickLoop() // the reconciler repairs what failed
+		return fmt.Errorf("program peers of network %s: %w", n.id, err)
+	}
+	return nil
+}
+
+func isDelete(k kernel.EntryOpKind) bool {
+	return k == kernel.OpDeleteNeighbor || k == kernel.OpDeleteFDB
+}
+
+// entryBatch is the kernel work of a run of peer changes. It lives on
+// the network and is reused: programming a peer allocates nothing here.
+type entryBatch struct {
+	ops []kernel.EntryOp
+	// released are the remote VTEPs of an encrypted network whose last
+	// FDB entry goes in ops.
+	released []netip.Addr
+}
+
+func (b *entryBatch) add(op kernel.EntryOp) { b.ops = append(b.ops, op) }
+
+// plan turns one ownership change into neighbour and FDB ops, the fast
+// path: no kernel dump. Local owners need no entry: the bridge reaches
+// them directly. The FDB entry of a (VTEP, MAC) is added with its first
+// binding and removed with its last. A remote VTEP's IPsec policy is
+// taken at once, before its first FDB entry is sent; only its error is
+// returned. Caller holds n.mu.
+func (d *Driver) plan(n *network, c peerdb.Change, b *entryBatch) error {
+	var errs []error
+	if c.New != nil && !c.New.Local {
+		b.add(kernel.EntryOp{Kind: kernel.OpSetNeighbor, Neighbor: kernel.Neighbor{IP: c.IP, MAC: c.New.MAC}})
 		e := kernel.FDBEntry{MAC: c.New.MAC, VTEP: c.New.VTEP}
 		macs := n.fdb[e.VTEP]
 		if macs == nil {
@@ -391,56 +429,35 @@ func (d *Driver) program(n *network, c peerdb.Change) error {
 		}
 		if macs.Add(e.MAC, 1) == 1 {
 			if len(macs) == 1 {
-				// The host's IPsec policy exists before its first FDB
-				// entry can send it anything.
 				if n.opts.encrypted {
-					if err := d.encryption().AddRemote(e.VTEP); err != nil {
-						errs = append(errs, err)
-					}
+					errs = append(errs, d.encryption().AddRemote(e.VTEP))
 				}
 				if n.opts.flood {
-					if err := d.kernel.AddFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP}); err != nil {
-						errs = append(errs, err)
-					}
+					b.add(kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{VTEP: e.VTEP}})
 				}
 			}
-			if err := d.kernel.AddFDB(n.sandbox, e); err != nil {
-				errs = append(errs, err)
-			}
+			b.add(kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: e})
 		}
 	} else if c.Old != nil && !c.Old.Local {
-		if err := d.kernel.DeleteNeighbor(n.sandbox, c.IP); err != nil && !errors.Is(err, kernel.ErrNotFound) {
-			errs = append(errs, err)
-		}
+		b.add(kernel.EntryOp{Kind: kernel.OpDeleteNeighbor, Neighbor: kernel.Neighbor{IP: c.IP}})
 	}
 	if c.Old != nil && !c.Old.Local {
 		e := kernel.FDBEntry{MAC: c.Old.MAC, VTEP: c.Old.VTEP}
 		macs := n.fdb[e.VTEP] // nil, and a count of -1, if it had none
 		if macs.Add(e.MAC, -1) == 0 {
-			if err := d.kernel.DeleteFDB(n.sandbox, e); err != nil && !errors.Is(err, kernel.ErrNotFound) {
-				errs = append(errs, err)
-			}
+			b.add(kernel.EntryOp{Kind: kernel.OpDeleteFDB, FDB: e})
 			if len(macs) == 0 {
 				delete(n.fdb, e.VTEP)
 				if n.opts.flood {
-					err := d.kernel.DeleteFDB(n.sandbox, kernel.FDBEntry{VTEP: e.VTEP})
-					if err != nil && !errors.Is(err, kernel.ErrNotFound) {
-						errs = append(errs, err)
-					}
+					b.add(kernel.EntryOp{Kind: kernel.OpDeleteFDB, FDB: kernel.FDBEntry{VTEP: e.VTEP}})
 				}
 				if n.opts.encrypted {
-					if err := d.encryption().RemoveRemote(e.VTEP); err != nil {
-						errs = append(errs, err)
-					}
+					b.released = append(b.released, e.VTEP)
 				}
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		n.kickLoop() // the reconciler repairs what failed
-		return fmt.Errorf("program %s in network %s: %w", c.IP, n.id, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // poolsOf parses the IPAM pools Docker assigned to the network, and their

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -12,33 +13,59 @@ import (
 // checked as CreateEndpoint checks a local one (validate.go); a refused
 // update leaves the peer's previous value.
 func (d *Driver) AddPeer(networkID string, p peerdb.Peer) error {
-	if p.Local {
-		return fmt.Errorf("%w: peer %s: only remote peers can be added", ErrInvalid, p.EndpointID)
-	}
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
+	return d.AddPeers(networkID, []peerdb.Peer{p})
+}
+
+// AddPeers is AddPeer for a burst of one network's remote endpoints, as
+// the control plane delivers them: one lock and one kernel batch for all.
+// A refused peer is reported and the others are added.
+func (d *Driver) AddPeers(networkID string, peers []peerdb.Peer) error {
 	n, err := d.mustLockNetwork(networkID)
 	if err != nil {
 		return err
 	}
 	defer n.mu.Unlock()
+	var errs []error
+	var changes []peerdb.Change
+	added := peers[:0:0]
+	for _, p := range peers {
+		c, err := n.addPeer(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		changes = append(changes, c...)
+		added = append(added, p)
+	}
+	errs = append(errs, d.apply(n, changes))
+	for _, p := range added {
+		d.endpointChanged(n, p.EndpointID)
+	}
+	return errors.Join(errs...)
+}
+
+// addPeer checks p and records it in the peer db. Caller holds n.mu.
+func (n *network) addPeer(p peerdb.Peer) ([]peerdb.Change, error) {
+	if p.Local {
+		return nil, fmt.Errorf("%w: peer %s: only remote peers can be added", ErrInvalid, p.EndpointID)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	if _, local := n.endpoints[p.EndpointID]; local {
-		return fmt.Errorf("%w: endpoint %s is local to this host", ErrConflict, p.EndpointID)
+		return nil, fmt.Errorf("%w: endpoint %s is local to this host", ErrConflict, p.EndpointID)
 	}
 	// The same addresses as CreateEndpoint's. An IP a local endpoint holds
 	// is not refused: the peer db lets the local one win it (see
 	// CreateEndpoint).
 	if err := n.checkAddrs(p.IPs); err != nil {
-		return fmt.Errorf("%w: peer %s: %v", ErrInvalid, p.EndpointID, err)
+		return nil, fmt.Errorf("%w: peer %s: %v", ErrInvalid, p.EndpointID, err)
 	}
 	changes, err := n.peers.Add(p)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	err = d.apply(n, changes)
-	d.endpointChanged(n, p.EndpointID)
-	return err
+	return changes, nil
 }
 
 // DeletePeer removes a remote endpoint. Removing one that is not there is

@@ -269,13 +269,15 @@ func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	replaced := map[hwaddr.MAC]bool{} // unicast MACs pointing elsewhere
-	try := func(err error) {
-		if err != nil && !errors.Is(err, kernel.ErrNotFound) {
-			errs = append(errs, err)
-		}
+	// The repairs go to the kernel in one batch, in this order (Program).
+	var ops []kernel.EntryOp
+	setN := func(ip netip.Addr, mac hwaddr.MAC) {
+		ops = append(ops, kernel.EntryOp{Kind: kernel.OpSetNeighbor, Neighbor: kernel.Neighbor{IP: ip, MAC: mac}})
 	}
+	fdbOp := func(kind kernel.EntryOpKind, e kernel.FDBEntry) {
+		ops = append(ops, kernel.EntryOp{Kind: kind, FDB: e})
+	}
+	replaced := map[hwaddr.MAC]bool{} // unicast MACs pointing elsewhere
 	for _, nb := range neighs {
 		mac, ok := wantN[nb.IP]
 		switch {
@@ -283,15 +285,15 @@ func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
 			delete(wantN, nb.IP)
 		case ok:
 			delete(wantN, nb.IP)
-			try(d.kernel.SetNeighbor(n.sandbox, kernel.Neighbor{IP: nb.IP, MAC: mac}))
+			setN(nb.IP, mac)
 			p.note(RepairNeighborReplaced, "%s was %s%s, want %s", nb.IP, nb.MAC, notPermanent(nb.NotPermanent), mac)
 		case removeUnwanted:
-			try(d.kernel.DeleteNeighbor(n.sandbox, nb.IP))
+			ops = append(ops, kernel.EntryOp{Kind: kernel.OpDeleteNeighbor, Neighbor: kernel.Neighbor{IP: nb.IP}})
 			p.note(RepairNeighborRemoved, "%s %s%s wanted by no endpoint", nb.IP, nb.MAC, notPermanent(nb.NotPermanent))
 		}
 	}
 	for ip, mac := range wantN {
-		try(d.kernel.SetNeighbor(n.sandbox, kernel.Neighbor{IP: ip, MAC: mac}))
+		setN(ip, mac)
 		p.note(RepairNeighborAdded, "%s %s was missing", ip, mac)
 	}
 	for _, e := range fdb {
@@ -302,23 +304,29 @@ func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
 			delete(wantF, key)
 		case wantF[key]:
 			// A NOARP twin of ours: appending cannot change its state.
-			try(d.kernel.DeleteFDB(n.sandbox, key))
+			fdbOp(kernel.OpDeleteFDB, key)
 			delete(wantF, key)
-			try(d.kernel.AddFDB(n.sandbox, key))
+			fdbOp(kernel.OpAddFDB, key)
 			p.note(RepairFDBReplaced, "%s dst %s was not permanent", e.MAC, e.VTEP)
 		case macWanted && !e.MAC.IsZero():
 			// Adding the wanted entry below replaces this one.
 			replaced[e.MAC] = true
 			p.note(RepairFDBReplaced, "%s dst %s%s, want dst %s", e.MAC, e.VTEP, notPermanent(e.NotPermanent), vtep)
 		case removeUnwanted:
-			try(d.kernel.DeleteFDB(n.sandbox, key))
+			fdbOp(kernel.OpDeleteFDB, key)
 			p.note(RepairFDBRemoved, "%s dst %s%s wanted by no endpoint", e.MAC, e.VTEP, notPermanent(e.NotPermanent))
 		}
 	}
 	for e := range wantF {
-		try(d.kernel.AddFDB(n.sandbox, e))
+		fdbOp(kernel.OpAddFDB, e)
 		if !replaced[e.MAC] || e.MAC.IsZero() {
 			p.note(RepairFDBAdded, "%s dst %s was missing", e.MAC, e.VTEP)
+		}
+	}
+	var errs []error
+	for i, err := range d.kernel.Program(n.sandbox, ops) {
+		if err != nil && !(isDelete(ops[i].Kind) && errors.Is(err, kernel.ErrNotFound)) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

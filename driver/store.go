@@ -56,9 +56,15 @@ type epRecord struct {
 }
 
 // store persists the driver's objects; a nil db persists nothing (tests).
-// bbolt serialises writers itself; callers hold the network's lock, so
-// each network's records change in the order its operations happen.
-type store struct{ db *bbolt.DB }
+// Writes go through w, which commits concurrent ones together; callers
+// hold the network's lock and wait for the commit, so each network's
+// records change in the order its operations happen.
+type store struct {
+	db *bbolt.DB
+	w  *groupCommit
+}
+
+func newStore(db *bbolt.DB) store { return store{db: db, w: &groupCommit{db: db}} }
 
 func (s store) init() error {
 	if s.db == nil {
@@ -82,7 +88,7 @@ func (s store) put(bucket []byte, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	err = s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), data) })
+	err = s.w.update(func(tx *bbolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), data) })
 	if err != nil {
 		return fmt.Errorf("persist %s: %w", key, err)
 	}
@@ -105,7 +111,7 @@ func (s store) deleteEndpoint(nid, eid string) error {
 	if s.db == nil {
 		return nil
 	}
-	return s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketEndpoints).Delete([]byte(epKey(nid, eid))) })
+	return s.w.update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketEndpoints).Delete([]byte(epKey(nid, eid))) })
 }
 
 // deleteNetwork removes the network and its endpoints.
@@ -113,7 +119,7 @@ func (s store) deleteNetwork(nid string) error {
 	if s.db == nil {
 		return nil
 	}
-	return s.db.Update(func(tx *bbolt.Tx) error {
+	return s.w.update(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketEndpoints).Cursor()
 		prefix := []byte(nid + "/")
 		for k, _ := c.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {

@@ -78,6 +78,11 @@ func (x *exclusiveKernel) DeleteFDB(sb string, e kernel.FDBEntry) error {
 	defer x.enter(sb)()
 	return x.Kernel.DeleteFDB(sb, e)
 }
+func (x *exclusiveKernel) Program(sb string, ops []kernel.EntryOp) []error {
+	defer x.enter(sb)()
+	return x.Kernel.Program(sb, ops)
+}
+
 func (x *exclusiveKernel) RepairSandbox(s kernel.SandboxSpec) ([]kernel.Repair, error) {
 	defer x.enter(s.Name)()
 	return x.Kernel.RepairSandbox(s)

@@ -13,6 +13,7 @@ package kernel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
@@ -199,10 +200,52 @@ type Kernel interface {
 	// exists is not an error.
 	AddFDB(sandbox string, e FDBEntry) error
 	DeleteFDB(sandbox string, e FDBEntry) error
+	// Program applies ops in order, as the calls above would, many at a
+	// time: the way to program a batch of peers. It returns nil when every
+	// op succeeded, else an error per op (nil where it succeeded): each
+	// failure is reported, the others are applied. Deleting an entry that
+	// is not there may succeed rather than fail with ErrNotFound.
+	Program(sandbox string, ops []EntryOp) []error
 
 	// Neighbors and FDB list the entries on the sandbox VXLAN device that
 	// someone made (permanent or NOARP; not the kernel's own), for
 	// reconciliation and inspection.
 	Neighbors(sandbox string) ([]Neighbor, error)
 	FDB(sandbox string) ([]FDBEntry, error)
+}
+
+// EntryCalls are Kernel's single-entry calls.
+type EntryCalls interface {
+	SetNeighbor(sandbox string, n Neighbor) error
+	DeleteNeighbor(sandbox string, ip netip.Addr) error
+	AddFDB(sandbox string, e FDBEntry) error
+	DeleteFDB(sandbox string, e FDBEntry) error
+}
+
+// ProgramEach is Program done with k's single calls, one op at a time:
+// for implementations (and wrappers) with no faster way.
+func ProgramEach(k EntryCalls, sandbox string, ops []EntryOp) []error {
+	var errs []error
+	for i, op := range ops {
+		var err error
+		switch op.Kind {
+		case OpSetNeighbor:
+			err = k.SetNeighbor(sandbox, op.Neighbor)
+		case OpDeleteNeighbor:
+			err = k.DeleteNeighbor(sandbox, op.Neighbor.IP)
+		case OpAddFDB:
+			err = k.AddFDB(sandbox, op.FDB)
+		case OpDeleteFDB:
+			err = k.DeleteFDB(sandbox, op.FDB)
+		default:
+			err = fmt.Errorf("unknown entry op %d", op.Kind)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(ops))
+			}
+			errs[i] = err
+		}
+	}
+	return errs
 }

@@ -50,7 +50,14 @@ func openSandbox(name, path string) (*sandbox, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("sandbox %q: open netlink socket in namespace: %w", name, err)
 	}
-	return &sandbox{name: name, fd: fd, dev: st.Dev, ino: st.Ino, h: h, raw: raw}, nil
+	pipe, err := newPipeline(netns.NsHandle(fd))
+	if err != nil {
+		raw.Close()
+		h.Close()
+		unix.Close(fd)
+		return nil, fmt.Errorf("sandbox %q: open netlink socket in namespace: %w", name, err)
+	}
+	return &sandbox{name: name, fd: fd, dev: st.Dev, ino: st.Ino, h: h, raw: raw, pipe: pipe}, nil
 }
 
 func newRawSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
@@ -69,6 +76,7 @@ func newRawSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
 func (sb *sandbox) close() {
 	sb.h.Close()
 	sb.raw.Close()
+	sb.pipe.close()
 	unix.Close(sb.fd)
 }
 

@@ -90,6 +90,8 @@ type sandbox struct {
 	// raw is a second rtnetlink socket in the namespace for requests the
 	// netlink package has no call for (FDB get).
 	raw *nl.SocketHandle
+	// pipe is a third one, for Program.
+	pipe *pipeline
 	// vxlanIndex caches the ifindex of VXLANName inside the sandbox; 0 means
 	// not looked up yet.
 	vxlanIndex atomic.Int32

@@ -7,16 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 
 	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// watchBuffer is the receive buffer of a watch socket. A burst of peer
-// programming makes two messages per peer; a reader that falls behind
-// anyway gets ENOBUFS, reported as EventLost.
-const watchBuffer = 2 << 20
+// watchBuffer is the receive buffer of a watch socket, a bound that
+// costs nothing until a burst fills it. A burst of peer programming makes
+// two messages per peer, each about a KiB of it, in the time of one
+// sendmsg (Program); with 2 MiB a 50,000-peer burst overflowed it several
+// times on a loaded 2-core machine, and every overflow is an EventLost:
+// a full comparison, under the network's lock, in the middle of the
+// burst. A reader that falls behind anyway gets ENOBUFS, reported as
+// EventLost.
+const watchBuffer = 32 << 20
 
 // Watch implements Kernel: one rtnetlink socket in the sandbox namespace,
 // in the link and neighbour groups (the latter carries the VXLAN FDB too).
@@ -40,20 +46,17 @@ func (n *Netlink) Watch(ctx context.Context, name string) (<-chan Event, error) 
 	if l, err := sb.h.LinkByName(VXLANName); err == nil {
 		vxIndex = l.Attrs().Index
 	}
-	ch := make(chan Event, 1024)
+	// Our own programming's echoes agree with the driver by construction;
+	// neighbour events carry the socket that made the change, so those
+	// of the Program socket are dropped unparsed. (The VXLAN FDB's
+	// events carry none.)
+	own := sb.pipe.portid
+	q := newEventQueue(ctx)
 	go func() {
-		defer close(ch)
+		defer q.close()
 		stop := context.AfterFunc(ctx, func() { c.Close() })
 		defer stop()
 		defer c.Close()
-		send := func(e Event) bool {
-			select {
-			case ch <- e:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
 		for {
 			msgs, err := c.Receive()
 			if ctx.Err() != nil {
@@ -61,20 +64,117 @@ func (n *Netlink) Watch(ctx context.Context, name string) (<-chan Event, error) 
 			}
 			if err != nil {
 				// ENOBUFS: the socket overflowed, it still works.
-				if !send(Event{Kind: EventLost}) || !errors.Is(err, unix.ENOBUFS) {
+				q.lost()
+				if !errors.Is(err, unix.ENOBUFS) {
 					return
 				}
 				continue
 			}
 			for _, m := range msgs {
-				e, ok := parseEvent(uint16(m.Header.Type), m.Data, &vxIndex)
-				if ok && !send(e) {
-					return
+				if own != 0 && m.Header.PID == own {
+					continue
+				}
+				if e, ok := parseEvent(uint16(m.Header.Type), m.Data, &vxIndex); ok {
+					q.push(e)
 				}
 			}
 		}
 	}()
-	return ch, nil
+	return q.out, nil
+}
+
+// watchQueue bounds the events a Watch holds for a slow reader; beyond
+// it they are dropped and an EventLost stands for them.
+const watchQueue = 1 << 16
+
+// eventQueue decouples the socket from Watch's reader: the socket is
+// drained at once whatever the reader does (a reader waiting for a lock
+// while a burst is programmed would otherwise overflow it and cost a
+// full comparison), and out delivers in order.
+type eventQueue struct {
+	mu      sync.Mutex
+	q       []Event
+	dropped bool
+	closed  bool
+	wake    chan struct{}
+	out     chan Event
+}
+
+func newEventQueue(ctx context.Context) *eventQueue {
+	eq := &eventQueue{wake: make(chan struct{}, 1), out: make(chan Event, 1024)}
+	go eq.forward(ctx)
+	return eq
+}
+
+func (eq *eventQueue) push(e Event) {
+	eq.mu.Lock()
+	if len(eq.q) < watchQueue {
+		eq.q = append(eq.q, e)
+	} else {
+		eq.dropped = true
+	}
+	eq.mu.Unlock()
+	eq.signal()
+}
+
+func (eq *eventQueue) lost() {
+	eq.mu.Lock()
+	eq.dropped = true
+	eq.mu.Unlock()
+	eq.signal()
+}
+
+func (eq *eventQueue) close() {
+	eq.mu.Lock()
+	eq.closed = true
+	eq.mu.Unlock()
+	eq.signal()
+}
+
+func (eq *eventQueue) signal() {
+	select {
+	case eq.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forward moves queued events to out until ctx ends or the queue is
+// closed and empty, then closes out; a drop becomes one EventLost after
+// the events before it.
+func (eq *eventQueue) forward(ctx context.Context) {
+	defer close(eq.out)
+	var batch []Event
+	for {
+		select {
+		case <-eq.wake:
+		case <-ctx.Done():
+			return
+		}
+		eq.mu.Lock()
+		batch, eq.q = eq.q, batch[:0]
+		dropped, closed := eq.dropped, eq.closed
+		eq.dropped = false
+		eq.mu.Unlock()
+		if dropped {
+			batch = append(batch, Event{Kind: EventLost})
+		}
+		for _, e := range batch {
+			select {
+			case eq.out <- e:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if closed {
+			eq.mu.Lock()
+			empty := len(eq.q) == 0 && !eq.dropped
+			eq.mu.Unlock()
+			if empty {
+				return
+			}
+			eq.signal()
+		}
+	}
 }
 
 func subscribe(c *mdnetlink.Conn) error {

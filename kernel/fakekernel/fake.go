@@ -546,3 +546,9 @@ func (k *Kernel) Watch(ctx context.Context, sandbox string) (<-chan kernel.Event
 }
 
 var _ kernel.Kernel = (*Kernel)(nil)
+
+// Program applies each op as its single call would, fault injection
+// included.
+func (k *Kernel) Program(sandbox string, ops []kernel.EntryOp) []error {
+	return kernel.ProgramEach(k, sandbox, ops)
+}

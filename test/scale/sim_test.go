@@ -183,6 +183,11 @@ func (k *stampKernel) AddVeth(sb string, v kernel.Veth) error {
 	return k.Kernel.AddVeth(sb, v)
 }
 
+// Program goes through the calls above, so that they see every entry.
+func (k *stampKernel) Program(sb string, ops []kernel.EntryOp) []error {
+	return kernel.ProgramEach(k, sb, ops)
+}
+
 func (k *stampKernel) SetNeighbor(sb string, n kernel.Neighbor) error {
 	start := wallNow()
 	err := k.Kernel.SetNeighbor(sb, n)

@@ -1,0 +1,167 @@
+package kernelpath
+
+import (
+	"fmt"
+	"os"
+)
+
+// PeersRun is one worker's run in the peers figure.
+type PeersRun struct {
+	Rep      int    `json:"rep"`
+	System   string `json:"system"`
+	Networks int    `json:"networks"`
+	Peers    int    `json:"peers"`
+	PeersResult
+}
+
+// PeersCase summarises one (networks, peers) setting.
+type PeersCase struct {
+	Networks int `json:"networks"`
+	Peers    int `json:"peers"`
+	// Rate is peers per second by system; Ratio is the first system's
+	// rate over each other's, per repetition.
+	Rate  map[string]Stat `json:"peersPerSec"`
+	Ratio map[string]Stat `json:"ratio"`
+}
+
+// PeersReport is the peers figure.
+type PeersReport struct {
+	Env     Env         `json:"env"`
+	Systems []string    `json:"systems"`
+	Batch   int         `json:"batch"`
+	Reps    int         `json:"reps"`
+	Cases   []PeersCase `json:"cases"`
+	Runs    []PeersRun  `json:"runs"`
+	// Correct: every run found exactly its entries.
+	Correct bool `json:"correct"`
+}
+
+// RunPeers runs the peers figure: for each setting, Reps repetitions of
+// every system in turn (A B C D A B C D ...), each a fresh worker.
+func RunPeers(o Options) (*PeersReport, error) {
+	rep := &PeersReport{Env: newEnv(), Systems: o.Systems, Batch: o.Batch, Reps: o.Reps, Correct: true}
+	for _, nets := range o.NetworkCounts {
+		for _, peers := range o.PeerCounts {
+			c := PeersCase{Networks: nets, Peers: peers, Rate: map[string]Stat{}, Ratio: map[string]Stat{}}
+			rates := map[string][]float64{}
+			ratios := map[string][]float64{}
+			for r := range o.Reps {
+				got := map[string]float64{}
+				for _, sys := range o.Systems {
+					job := Job{Figure: "peers", System: sys, Networks: nets, Peers: peers, Batch: o.Batch,
+						StateDir: "/run/overlay-bench", ParentNetNS: parentNetNS()}
+					var res PeersResult
+					if err := spawn(job, &res); err != nil {
+						return rep, err
+					}
+					rep.Env.sample()
+					rep.Runs = append(rep.Runs, PeersRun{Rep: r, System: sys, Networks: nets, Peers: peers, PeersResult: res})
+					rep.Correct = rep.Correct && res.Correct
+					rates[sys] = append(rates[sys], res.PeersPerSec)
+					got[sys] = res.PeersPerSec
+					o.Progress(fmt.Sprintf("peers: %d networks, %d peers, rep %d: %s %.0f peers/s, correct %v (load %s)",
+						nets, peers, r+1, sys, res.PeersPerSec, res.Correct, loadavg()))
+				}
+				for _, sys := range o.Systems[1:] {
+					ratios[sys] = append(ratios[sys], got[o.Systems[0]]/got[sys])
+				}
+			}
+			for sys, v := range rates {
+				c.Rate[sys] = stat(v)
+			}
+			for sys, v := range ratios {
+				c.Ratio[sys] = stat(v)
+			}
+			rep.Cases = append(rep.Cases, c)
+		}
+	}
+	rep.Env.done()
+	return rep, nil
+}
+
+// JoinRun is one worker's run in the join figure.
+type JoinRun struct {
+	Rep    int    `json:"rep"`
+	System string `json:"system"`
+	JoinResult
+}
+
+// JoinReport is the join figure.
+type JoinReport struct {
+	Env      Env       `json:"env"`
+	Networks int       `json:"networks"`
+	Joins    int       `json:"joins"`
+	Reps     int       `json:"reps"`
+	Runs     []JoinRun `json:"runs"`
+	// By system: medians of each run's first and existing-sandbox Join
+	// latencies (ms), and concurrent ÷ sequential wall time.
+	FirstP50    map[string]Stat `json:"firstJoinP50Ms"`
+	ExistingP50 map[string]Stat `json:"existingJoinP50Ms"`
+	ConcOverSeq map[string]Stat `json:"concurrentOverSequential"`
+	// Ratios, moby ÷ plugin per repetition (higher: the plugin is faster).
+	FirstRatio    Stat `json:"firstJoinRatio"`
+	ExistingRatio Stat `json:"existingJoinRatio"`
+	ConcRatio     Stat `json:"concurrentJoinsRatio"`
+	Correct       bool `json:"correct"`
+}
+
+// RunJoin runs the join figure, plugin and moby in turn Reps times.
+func RunJoin(o Options) (*JoinReport, error) {
+	rep := &JoinReport{Env: newEnv(), Networks: o.JoinNetworks, Joins: o.Joins, Reps: o.Reps, Correct: true,
+		FirstP50: map[string]Stat{}, ExistingP50: map[string]Stat{}, ConcOverSeq: map[string]Stat{}}
+	first, existing, conc := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	var fr, er, cr []float64
+	for r := range o.Reps {
+		got := map[string]JoinResult{}
+		for _, sys := range []string{"plugin", "moby"} {
+			dir := stateDir(o, "join")
+			job := Job{Figure: "join", System: sys, Networks: o.JoinNetworks, Joins: o.Joins, Batch: o.Batch,
+				StateDir: dir, ParentNetNS: parentNetNS()}
+			var res JoinResult
+			err := spawn(job, &res)
+			os.RemoveAll(dir)
+			if err != nil {
+				return rep, err
+			}
+			rep.Env.sample()
+			rep.Runs = append(rep.Runs, JoinRun{Rep: r, System: sys, JoinResult: res})
+			// Only the plugin's failures fail the figure; moby's are
+			// recorded in its runs.
+			rep.Correct = rep.Correct && (res.Correct || sys != "plugin")
+			got[sys] = res
+			addPos(first, sys, stat(res.FirstMs).Median)
+			addPos(existing, sys, stat(res.ExistingMs).Median)
+			if res.ConcurrentSec > 0 && res.Error == "" {
+				addPos(conc, sys, res.ConcurrentSec/res.SequentialSec)
+			}
+			o.Progress(fmt.Sprintf("join: rep %d: %s first p50 %.1f ms, existing p50 %.1f ms, %d joins sequential %.3f s, concurrent %.3f s, correct %v %s(load %s)",
+				r+1, sys, stat(res.FirstMs).Median, stat(res.ExistingMs).Median, o.Joins, res.SequentialSec, res.ConcurrentSec, res.Correct, res.Error, loadavg()))
+		}
+		p, m := got["plugin"], got["moby"]
+		fr = appendRatio(fr, stat(m.FirstMs).Median, stat(p.FirstMs).Median)
+		er = appendRatio(er, stat(m.ExistingMs).Median, stat(p.ExistingMs).Median)
+		if m.Error == "" && p.Error == "" {
+			cr = appendRatio(cr, m.ConcurrentSec, p.ConcurrentSec)
+		}
+	}
+	for sys := range first {
+		rep.FirstP50[sys], rep.ExistingP50[sys], rep.ConcOverSeq[sys] = stat(first[sys]), stat(existing[sys]), stat(conc[sys])
+	}
+	rep.FirstRatio, rep.ExistingRatio, rep.ConcRatio = stat(fr), stat(er), stat(cr)
+	rep.Env.done()
+	return rep, nil
+}
+
+func addPos(m map[string][]float64, k string, v float64) {
+	if v > 0 {
+		m[k] = append(m[k], v)
+	}
+}
+
+// appendRatio appends a/b when both were measured.
+func appendRatio(r []float64, a, b float64) []float64 {
+	if a > 0 && b > 0 {
+		r = append(r, a/b)
+	}
+	return r
+}
