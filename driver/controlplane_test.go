@@ -74,10 +74,7 @@ func TestControlPlaneHooks(t *testing.T) {
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
 	// A stale peer delivered earlier that the control plane no longer has.
 	must(t, d.AddPeer("n1", remotePeer("r2", "10.1.0.51", "02:00:00:00:00:51", "198.51.100.2")))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	sb := k.Snapshot()["n1"]
 	if len(sb.Neighbors) != 1 || sb.Neighbors[netip.MustParseAddr("10.1.0.50")] != cp.snapshot[0].MAC {
 		t.Fatalf("sandbox not built from the control plane's snapshot: %v", sb.Neighbors)
@@ -105,11 +102,8 @@ func TestControlPlaneHooks(t *testing.T) {
 func TestLateControlPlaneLearnsExistingEndpoints(t *testing.T) {
 	d, _ := newFake(t)
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
-	_, err = d.CreateEndpoint(endpointReq("n1", "e2", 2)) // not joined: not published
+	createJoined(t, d, "e1", 1)
+	_, err := d.CreateEndpoint(endpointReq("n1", "e2", 2)) // not joined: not published
 	must(t, err)
 	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.7"}}))
 	must(t, d.DiscoverNew(&api.DiscoveryNotification{DiscoveryType: 1, DiscoveryData: map[string]any{"Address": "198.51.100.8"}}))
@@ -129,10 +123,7 @@ func TestFloodEntriesPerVTEP(t *testing.T) {
 	req := createNetReq("n1", 300)
 	req.Options[genericOptionsKey].(map[string]any)[OptFlood] = "true"
 	must(t, d.CreateNetwork(req))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	must(t, d.AddPeer("n1", remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")))
 	must(t, d.AddPeer("n1", remotePeer("r2", "10.1.0.51", "02:00:00:00:00:51", "198.51.100.2")))
 	must(t, d.AddPeer("n1", remotePeer("r3", "10.1.0.52", "02:00:00:00:00:52", "198.51.100.3")))
@@ -152,10 +143,7 @@ func TestFloodEntriesPerVTEP(t *testing.T) {
 	// Without the option, no flood entries.
 	d2, k2 := newFake(t)
 	must(t, d2.CreateNetwork(createNetReq("n1", 300)))
-	_, err = d2.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d2.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d2, "e1", 1)
 	must(t, d2.AddPeer("n1", remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")))
 	if sb := k2.Snapshot()["n1"]; len(sb.FDB) != 1 {
 		t.Fatalf("flood entries without the option: %v", sb.FDB)

@@ -239,10 +239,7 @@ func TestPeersProgrammedAndReplayed(t *testing.T) {
 	p1 := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
 	p1.IPs = append(p1.IPs, netip.MustParseAddr("fd00:1::50"))
 	must(t, d.AddPeer("n1", p1))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	sb := k.Snapshot()["n1"]
 	if len(sb.Neighbors) != 2 || len(sb.FDB) != 1 {
 		t.Fatalf("after replay: neighbours %v fdb %v", sb.Neighbors, sb.FDB)
@@ -365,10 +362,7 @@ func TestJoinFailuresLeaveNothing(t *testing.T) {
 func TestDeleteNetworkKeepsNetworkWhenKernelFails(t *testing.T) {
 	d, k := newFake(t)
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	k.SetFault(func(o fakekernel.Op, _ string) error {
 		if o == fakekernel.OpDeleteSandbox {
 			return errors.New("injected")
@@ -393,10 +387,7 @@ func TestMTU(t *testing.T) {
 	req := createNetReq("n1", 300)
 	req.Options[genericOptionsKey].(map[string]any)[OptMTU] = "1400"
 	must(t, d.CreateNetwork(req))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	if got := k.Snapshot()["n1"].Spec.MTU; got != 1400 {
 		t.Fatalf("MTU %d, want the option's 1400", got)
 	}
@@ -404,10 +395,7 @@ func TestMTU(t *testing.T) {
 	k6 := fakekernel.New()
 	d6 := newTestDriverAt(t, k6, netip.MustParseAddr("2001:db8::1"))
 	must(t, d6.CreateNetwork(createNetReq("n1", 300)))
-	_, err = d6.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d6.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d6, "e1", 1)
 	if got := k6.Snapshot()["n1"].Spec.MTU; got != 1430 {
 		t.Fatalf("MTU %d on an IPv6 underlay, want 1430", got)
 	}
@@ -452,10 +440,7 @@ func TestAdvertiseAddrFromDiscovery(t *testing.T) {
 	d.SetVTEP(a)
 	d.SetVTEP(localVTEP) // settled: ignored
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err = d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	if got := k.Snapshot()["n1"].Spec.Local; got != a {
 		t.Fatalf("sandbox VTEP %v, want %v", got, a)
 	}

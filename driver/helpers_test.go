@@ -82,3 +82,13 @@ func endpointReq(nid, eid string, i int) *api.CreateEndpointRequest {
 		AddressIPv6: fmt.Sprintf("fd00:1::%x/64", 10+i),
 	}}
 }
+
+// createJoined creates endpoint eid (endpointReq's i-th addresses) in n1
+// and joins it.
+func createJoined(t *testing.T, d *Driver, eid string, i int) {
+	t.Helper()
+	_, err := d.CreateEndpoint(endpointReq("n1", eid, i))
+	must(t, err)
+	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: eid})
+	must(t, err)
+}

@@ -101,10 +101,7 @@ func TestRestartResumes(t *testing.T) {
 func TestResyncRepairsOutsideChanges(t *testing.T) {
 	d, k := newFake(t)
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
-	_, err := d.CreateEndpoint(endpointReq("n1", "e1", 1))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
-	must(t, err)
+	createJoined(t, d, "e1", 1)
 	p := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
 	must(t, d.AddPeer("n1", p))
 	// Someone deletes our entry and adds one of theirs.

@@ -17,16 +17,6 @@ func epIface(v4, v6, mac string) *api.CreateEndpointRequest {
 		Interface: &api.EndpointInterface{Address: v4, AddressIPv6: v6, MacAddress: mac}}
 }
 
-// createJoined creates endpoint eid (endpointReq's i-th addresses) in n1
-// and joins it.
-func createJoined(t *testing.T, d *Driver, eid string, i int) {
-	t.Helper()
-	_, err := d.CreateEndpoint(endpointReq("n1", eid, i))
-	must(t, err)
-	_, err = d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: eid})
-	must(t, err)
-}
-
 // Every refusal of CreateEndpoint leaves the driver, the state database and
 // the kernel as they were. The network (createNetReq) has 10.1.0.0/16 with
 // gateway 10.1.0.1 and fd00:1::/64; e1 is local (10.1.0.11, fd00:1::b),
