@@ -205,6 +205,10 @@ type Cluster struct {
 	// ownMeta is the meta memberlist holds for this node, as its events
 	// report it: metaLoop checks that an update took.
 	ownMeta []byte
+	// connected is closed when a member other than this node is first
+	// alive (Connected); connectOnce closes it.
+	connected   chan struct{}
+	connectOnce sync.Once
 	// comebacks are the addresses of members that came back from gone,
 	// for a push/pull by the reconnect goroutine.
 	comebacks map[string]bool
@@ -316,6 +320,7 @@ func New(cfg Config) (*Cluster, error) {
 		joinCh:    make(chan struct{}, 1),
 		backCh:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
+		connected: make(chan struct{}),
 	}
 	c.streams, c.cancelStreams = context.WithCancel(context.Background())
 	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
@@ -442,6 +447,12 @@ func (c *Cluster) withPort(s string) string {
 	}
 	return net.JoinHostPort(s, strconv.Itoa(c.port))
 }
+
+// Connected is closed once another member is alive: from then on the
+// remote endpoints reach the Sink within about a push (the joining
+// push/pull carries the memberships, and each member pushes its records
+// to a node new in its networks). Part of driver.ControlPlane.
+func (c *Cluster) Connected() <-chan struct{} { return c.connected }
 
 // SetNodeData publishes data (at most MaxNodeData bytes, opaque to the
 // cluster) in this node's memberlist meta; other nodes receive it through

@@ -458,6 +458,26 @@ func TestNodeHint(t *testing.T) {
 	waitConverged(t, []*tnode{n1, n2}, netA, map[string]ep{"e1": {n1, p}}, 5*time.Second)
 }
 
+// TestConnected: Connected closes when another member is alive, not
+// before (a node alone, or cut off, delivers no remote endpoint).
+func TestConnected(t *testing.T) {
+	h := newHarness(t)
+	h.rejoin = time.Hour
+	n1, n2 := h.start(1), h.start(2)
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-n2.c.Connected():
+		t.Fatal("connected while alone")
+	default:
+	}
+	n2.c.NodeHint(n1.ip)
+	select {
+	case <-n2.c.Connected():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not connected after joining")
+	}
+}
+
 // TestForgetNode: a node Docker removed from the swarm is no longer a
 // rejoin candidate, neither as a hint nor as a former member.
 func TestForgetNode(t *testing.T) {

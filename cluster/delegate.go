@@ -151,6 +151,7 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	c.numAlive.Store(int64(c.st.aliveCount()))
 	c.mu.Unlock()
 	if n.Name != c.name {
+		c.connectOnce.Do(func() { close(c.connected) })
 		c.log.Info(msg, "member", n.Name, "addr", addr)
 	}
 }

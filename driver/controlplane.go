@@ -2,7 +2,6 @@ package driver
 
 import (
 	"net/netip"
-	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
@@ -32,6 +31,9 @@ type ControlPlane interface {
 	// ForgetNode passes on Docker's word that the node at addr left the
 	// swarm: it is no longer to be re-joined.
 	ForgetNode(addr netip.Addr)
+	// Connected is closed once another host is reachable, so that the
+	// remote endpoints arrive within about a second from then on.
+	Connected() <-chan struct{}
 }
 
 // SetControlPlane connects the control plane, which may start after the
@@ -40,12 +42,7 @@ type ControlPlane interface {
 // then, are announced to it.
 func (d *Driver) SetControlPlane(cp ControlPlane) {
 	d.cp.Store(&cp)
-	// It re-delivers the remote endpoints within about a second; then
-	// the adopted sandboxes lose the entries nobody wants any more.
-	time.AfterFunc(peerSettle, func() {
-		d.settle()
-		d.kickAll()
-	})
+	go d.settleWhenConnected(cp)
 	d.mu.Lock()
 	nodes := make([]netip.Addr, 0, len(d.nodes))
 	for a := range d.nodes {

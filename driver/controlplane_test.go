@@ -23,6 +23,10 @@ type recordingCP struct {
 	removed   []string
 	hints     []netip.Addr
 	forgotten []netip.Addr
+	// alone: Connected stays open (no other host reachable) until
+	// connect is closed.
+	alone   bool
+	connect chan struct{}
 	snapshot  []peerdb.Peer
 }
 
@@ -59,6 +63,18 @@ func (c *recordingCP) NodeHint(a netip.Addr) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.hints = append(c.hints, a)
+}
+
+func (c *recordingCP) Connected() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.connect == nil {
+		c.connect = make(chan struct{})
+		if !c.alone {
+			close(c.connect)
+		}
+	}
+	return c.connect
 }
 
 func (c *recordingCP) ForgetNode(a netip.Addr) {

@@ -252,7 +252,10 @@ func TestJoinRepairsSandboxFirst(t *testing.T) {
 
 // TestAdoptedSandboxKeepsEntriesUntilPeersSettle: after a restart the
 // stale entries of an adopted sandbox stay until the control plane had
-// time to deliver the peers again, then go; a re-delivered one stays.
+// time to deliver the peers again, then go; a re-delivered one stays. A
+// control plane that reaches no other host delivers nothing: the entries
+// stay however long that lasts (up to the periodic pass), or the restart
+// would cut the containers' traffic.
 func TestAdoptedSandboxKeepsEntriesUntilPeersSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		db := testDB(t)
@@ -272,7 +275,14 @@ func TestAdoptedSandboxKeepsEntriesUntilPeersSettle(t *testing.T) {
 		if n := len(k.Snapshot()["n1"].Neighbors); n != 2 {
 			t.Fatalf("%d neighbours right after the restart, want both kept", n)
 		}
-		d2.SetControlPlane(&recordingCP{})
+		cp := &recordingCP{alone: true, connect: make(chan struct{})}
+		d2.SetControlPlane(cp)
+		time.Sleep(10 * peerSettle)
+		synctest.Wait()
+		if n := len(k.Snapshot()["n1"].Neighbors); n != 2 {
+			t.Fatalf("%d neighbours while no other host is reachable, want both kept", n)
+		}
+		close(cp.connect)
 		must(t, d2.AddPeer("n1", stays)) // re-delivered
 		time.Sleep(peerSettle + 200*time.Millisecond)
 		synctest.Wait()

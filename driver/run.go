@@ -26,7 +26,7 @@ const (
 	// backoffMax: a kernel that recovers is caught up within a second.
 	backoffMin = 50 * time.Millisecond
 	backoffMax = 500 * time.Millisecond
-	// peerSettle is how long after the control plane connects its
+	// peerSettle is how long after the control plane reaches another host its
 	// remote endpoints are taken as known: entries nobody wants in an
 	// adopted sandbox are removed from then on (see reconcile).
 	peerSettle = time.Second
@@ -97,6 +97,30 @@ func (d *Driver) kickAll() {
 	for _, n := range d.networks {
 		n.kickLoop()
 	}
+}
+
+// settleWhenConnected settles the remote endpoints peerSettle after the
+// control plane reaches another host, which re-delivers them meanwhile;
+// then the adopted sandboxes lose the entries nobody wants any more. Not
+// before: a restarted plugin cut off from the others would take the
+// entries of every live remote endpoint for stale ones and cut its
+// containers' traffic. Alone for a whole resync period, the periodic
+// full pass settles (Run).
+func (d *Driver) settleWhenConnected(cp ControlPlane) {
+	select {
+	case <-cp.Connected():
+	case <-d.settled:
+		return
+	}
+	t := time.NewTimer(peerSettle)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-d.settled:
+		return
+	}
+	d.settle()
+	d.kickAll()
 }
 
 // settle marks the remote endpoints as known (see peerSettle).
