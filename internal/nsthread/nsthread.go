@@ -1,23 +1,23 @@
 // Package nsthread is the one place where this module moves an OS thread
-// into another network namespace: to run code there (Do), to create a
-// namespace (New), to find the process's own (Current). A socket takes the
-// namespace of the thread that opens it and keeps it for life, so opening
-// sockets through Do is how the kernel-facing packages and the tests reach
-// a namespace.
+// into another network namespace: to run code there (Do, and Open for a
+// socket), to create a namespace (New), to name the current one (Current).
+// A socket belongs to the namespace of the thread that opened it, for
+// life, so the kernel-facing packages open their netlink sockets through
+// Open, and the tests enter their throwaway namespaces through Do.
 //
-// The rules, which every function here keeps and nothing else in the module
-// may break by calling setns or unshare itself:
+// The rules, which every function here keeps and which nothing else in the
+// module may break by calling setns or unshare itself:
 //
-//   - A namespace is entered only on a goroutine locked to its thread
-//     (runtime.LockOSThread), so that nothing else runs there meanwhile and
-//     the goroutine never moves to another thread. Goroutines that f
-//     starts run on other threads, in the process's namespace.
+//   - A namespace is entered only by a fresh goroutine locked to its
+//     thread (runtime.LockOSThread), so that nothing else runs there
+//     meanwhile and the goroutine never moves to another thread.
+//     Goroutines that f starts run on other threads, outside.
 //   - The thread is put back into the namespace it came from before it is
 //     unlocked. If that fails it stays locked: a goroutine that exits
-//     locked takes its thread with it, so a thread in the wrong namespace
-//     never returns to the pool. (vishvananda/netlink's NewHandleAt unlocks
-//     whether or not switching back worked, which is why this package opens
-//     sockets in the current namespace instead.)
+//     locked takes its thread with it (the main thread is parked
+//     instead), so a thread in the wrong namespace never runs another
+//     goroutine. vishvananda/netlink's NewHandleAt unlocks whether or not
+//     switching back worked, which is why Open runs its plain NewHandle.
 package nsthread
 
 import (
@@ -30,12 +30,13 @@ import (
 )
 
 // Do runs f on a fresh goroutine locked to its OS thread inside ns, and
-// returns f's error. A closed handle (netns.None()) runs f in the
-// namespace the thread started in, the process's. f must not call
-// t.FailNow (it runs on another goroutine).
+// returns f's error; f must not call t.FailNow (it runs on another
+// goroutine). A closed handle (netns.None()) means the caller's namespace,
+// as in vishvananda/netlink's ...At functions: f runs at once on the
+// calling goroutine.
 func Do(ns netns.NsHandle, f func() error) error {
 	if !ns.IsOpen() {
-		return onThread(func() error { return nil }, f)
+		return f()
 	}
 	return onThread(func() error {
 		if err := netns.Set(ns); err != nil {
@@ -43,6 +44,28 @@ func Do(ns netns.NsHandle, f func() error) error {
 		}
 		return nil
 	}, f)
+}
+
+// Open returns what open, run inside ns as by Do, opened: a socket stays in
+// the namespace it was opened in. Should Do fail after open succeeded (the
+// thread could not switch back), the result is closed and the error
+// returned.
+func Open[T interface{ Close() }](ns netns.NsHandle, open func() (T, error)) (T, error) {
+	var v T
+	opened := false
+	err := Do(ns, func() (err error) {
+		v, err = open()
+		opened = err == nil
+		return err
+	})
+	if err != nil {
+		if opened {
+			v.Close()
+		}
+		var zero T
+		return zero, err
+	}
+	return v, nil
 }
 
 // New creates a network namespace and returns a handle to it, which keeps
@@ -66,15 +89,12 @@ func New() (netns.NsHandle, error) {
 	return h, err
 }
 
-// Current returns a handle to the process's network namespace, the one
-// every unlocked thread is in.
+// Current returns a handle to the network namespace of the calling
+// goroutine: the process's, unless it runs inside Do.
 func Current() (netns.NsHandle, error) {
-	h := netns.None()
-	err := onThread(func() error { return nil }, func() (err error) {
-		h, err = netns.Get()
-		return err
-	})
-	return h, err
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return netns.Get()
 }
 
 // Mount bind-mounts ns on path, an existing file, which then keeps the

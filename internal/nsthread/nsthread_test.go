@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -71,14 +72,6 @@ func current(t *testing.T) string {
 func TestNewDoCurrent(t *testing.T) {
 	requireRoot(t)
 	home := current(t)
-	self, err := netns.GetFromPath("/proc/self/ns/net")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer self.Close()
-	if home != self.UniqueId() {
-		t.Fatalf("Current is %s, the process is in %s", home, self.UniqueId())
-	}
 	a, b := newNS(t), newNS(t)
 	if a.UniqueId() == home || a.Equal(b) {
 		t.Fatalf("New returned the process's namespace or the same one twice: %s, %s (home %s)", a.UniqueId(), b.UniqueId(), home)
@@ -87,7 +80,7 @@ func TestNewDoCurrent(t *testing.T) {
 		t.Errorf("Do(a) ran in %s, want %s", got, a.UniqueId())
 	}
 	if got := mustInside(t, netns.None()); got != home {
-		t.Errorf("Do(None) ran in %s, want the process's %s", got, home)
+		t.Errorf("Do(None) ran in %s, want the caller's %s", got, home)
 	}
 	if got := current(t); got != home {
 		t.Errorf("after Do, Current is %s, want %s", got, home)
@@ -98,21 +91,74 @@ func TestNewDoCurrent(t *testing.T) {
 	}
 }
 
-// Nested calls each get a thread of their own, so leaving the inner
-// namespace lands back in the process's, not the outer one.
+// Inside Do, Current and Do(None) mean the namespace Do entered.
+func TestCallerNamespaceInsideDo(t *testing.T) {
+	requireRoot(t)
+	a := newNS(t)
+	var cur, none string
+	err := nsthread.Do(a, func() (err error) {
+		h, err := nsthread.Current()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		cur = h.UniqueId()
+		none, err = inside(netns.None())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur != a.UniqueId() || none != a.UniqueId() {
+		t.Fatalf("inside Do(a): Current is %s, Do(None) ran in %s; want %s", cur, none, a.UniqueId())
+	}
+}
+
+// Nested calls each get a thread of their own: the inner one runs in its
+// namespace, and the outer one is still in its own afterwards.
 func TestNestedDo(t *testing.T) {
 	requireRoot(t)
 	a, b := newNS(t), newNS(t)
-	var inner string
-	outer := mustInside(t, a)
-	if err := nsthread.Do(a, func() error {
-		inner = mustInside(t, b)
+	var inner, after string
+	err := nsthread.Do(a, func() (err error) {
+		if inner, err = inside(b); err != nil {
+			return err
+		}
+		h, err := nsthread.Current()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		after = h.UniqueId()
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if outer != a.UniqueId() || inner != b.UniqueId() {
-		t.Fatalf("outer ran in %s (want %s), inner in %s (want %s)", outer, a.UniqueId(), inner, b.UniqueId())
+	if inner != b.UniqueId() || after != a.UniqueId() {
+		t.Fatalf("inner ran in %s (want %s); the outer was in %s after it (want %s)", inner, b.UniqueId(), after, a.UniqueId())
+	}
+}
+
+// A socket Open makes is in ns, and stays there after the thread left.
+func TestOpen(t *testing.T) {
+	requireRoot(t)
+	ns := newNS(t)
+	h, err := nsthread.Open(ns, func() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_ROUTE) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != 1 || links[0].Attrs().Name != "lo" {
+		t.Fatalf("the handle sees %d links (%v); want the new namespace's lo alone", len(links), links)
+	}
+	sentinel := errors.New("from open")
+	if _, err := nsthread.Open(ns, func() (*netlink.Handle, error) { return nil, sentinel }); !errors.Is(err, sentinel) {
+		t.Fatalf("Open returned %v, want open's error", err)
 	}
 }
 
