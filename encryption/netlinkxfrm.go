@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/netlinkutil"
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
 // ErrNoESP is wrapped by the errors of Check and AddSA on a kernel that
@@ -51,7 +52,7 @@ func NewNetlinkXFRM(ns netns.NsHandle) (*NetlinkXFRM, error) {
 	if ns == 0 {
 		ns = netns.None()
 	}
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_XFRM)
+	h, err := nsthread.Open(ns, func() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_XFRM) })
 	if err != nil {
 		return nil, fmt.Errorf("xfrm: open netlink socket: %w", err)
 	}
