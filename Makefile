@@ -52,7 +52,7 @@ test-vm: build
 	@mkdir -p build/vm
 	CGO_ENABLED=0 $(GO) test -c -o build/vm/netlinkxfrm.test ./encryption/netlinkxfrm
 	CGO_ENABLED=0 $(GO) test -c -o build/vm/encrypted.test ./test/encrypted
-	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) OVERLAY_TEST_REQUIRE=encrypted OVERLAY_VM_PASSENV=OVERLAY_TEST_REQUIRE \
+	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) OVERLAY_TEST_REQUIRE="encrypted netlinkxfrm" OVERLAY_VM_PASSENV=OVERLAY_TEST_REQUIRE \
 		scripts/vm/go-tests.sh \
 		build/vm/netlinkxfrm.test build/vm/encrypted.test -- -test.v -test.count=1
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/xfrmtest"
+	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 	"github.com/overlay-plugin/overlay-plugin/internal/testns"
 )
 
@@ -77,10 +78,14 @@ func xtNS(t *testing.T) (netns.NsHandle, *XFRM, *netlink.Handle) {
 	return ns, x, h
 }
 
-// xtNeedESP skips t, printing why, when the kernel cannot do ESP+GCM.
+// xtNeedESP skips t, printing why, when the kernel cannot do ESP+GCM; it
+// fails t instead where the VM run requires these tests (RequireEnv).
 func xtNeedESP(t *testing.T, x encryption.XFRM) {
 	t.Helper()
 	if err := x.Check(); err != nil {
+		if testbed.Required("netlinkxfrm") {
+			t.Fatalf("%s requires these tests, but this kernel lacks IPsec ESP with %s: %v", testbed.RequireEnv, encryption.AEADName, err)
+		}
 		t.Skipf("needs IPsec ESP with %s, which this kernel lacks (runs in the VM): %v", encryption.AEADName, err)
 	}
 }
