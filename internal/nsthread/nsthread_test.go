@@ -36,16 +36,22 @@ func newNS(t *testing.T) netns.NsHandle {
 	return h
 }
 
+// nsID names the namespace get opens: netns.Get, the calling thread's
+// (locked inside Do), or nsthread.Current.
+func nsID(get func() (netns.NsHandle, error)) (string, error) {
+	h, err := get()
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	return h.UniqueId(), nil
+}
+
 // inside reports the namespace Do(ns) runs in.
 func inside(ns netns.NsHandle) (id string, err error) {
-	err = nsthread.Do(ns, func() error {
-		h, err := netns.Get()
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		id = h.UniqueId()
-		return nil
+	err = nsthread.Do(ns, func() (err error) {
+		id, err = nsID(netns.Get)
+		return err
 	})
 	return id, err
 }
@@ -61,12 +67,11 @@ func mustInside(t *testing.T, ns netns.NsHandle) string {
 
 func current(t *testing.T) string {
 	t.Helper()
-	h, err := nsthread.Current()
+	id, err := nsID(nsthread.Current)
 	if err != nil {
 		t.Fatalf("Current: %v", err)
 	}
-	defer h.Close()
-	return h.UniqueId()
+	return id
 }
 
 func TestNewDoCurrent(t *testing.T) {
@@ -97,12 +102,9 @@ func TestCallerNamespaceInsideDo(t *testing.T) {
 	a := newNS(t)
 	var cur, none string
 	err := nsthread.Do(a, func() (err error) {
-		h, err := nsthread.Current()
-		if err != nil {
+		if cur, err = nsID(nsthread.Current); err != nil {
 			return err
 		}
-		defer h.Close()
-		cur = h.UniqueId()
 		none, err = inside(netns.None())
 		return err
 	})
@@ -124,13 +126,8 @@ func TestNestedDo(t *testing.T) {
 		if inner, err = inside(b); err != nil {
 			return err
 		}
-		h, err := nsthread.Current()
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		after = h.UniqueId()
-		return nil
+		after, err = nsID(netns.Get)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
