@@ -43,17 +43,18 @@ test-unit:
 	$(GO) test -short ./...
 
 # The IPsec data path on Debian's stock kernel under qemu: this machine's
-# kernel lacks ESP. One VM boot runs the encryption package and the
-# three-host encrypted scenario (test/encrypted) with the real plugin.
+# kernel lacks ESP. One VM boot runs the xfrm netlink package
+# (encryption/netlinkxfrm) and the three-host encrypted scenario
+# (test/encrypted) with the real plugin.
 # Root only; the first run installs qemu and caches the kernel in
 # /var/cache/overlay-plugin-vm (about a minute).
 test-vm: build
 	@mkdir -p build/vm
-	CGO_ENABLED=0 $(GO) test -c -o build/vm/encryption.test ./encryption
+	CGO_ENABLED=0 $(GO) test -c -o build/vm/netlinkxfrm.test ./encryption/netlinkxfrm
 	CGO_ENABLED=0 $(GO) test -c -o build/vm/encrypted.test ./test/encrypted
-	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) OVERLAY_TEST_REQUIRE=encrypted OVERLAY_VM_PASSENV=OVERLAY_TEST_REQUIRE \
+	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) OVERLAY_TEST_REQUIRE="encrypted netlinkxfrm" OVERLAY_VM_PASSENV=OVERLAY_TEST_REQUIRE \
 		scripts/vm/go-tests.sh \
-		build/vm/encryption.test build/vm/encrypted.test -- -test.v -test.count=1
+		build/vm/netlinkxfrm.test build/vm/encrypted.test -- -test.v -test.count=1
 
 vm-smoke:
 	scripts/vm/run.sh scripts/vm/smoke.sh

@@ -13,6 +13,7 @@ import (
 	api "github.com/docker/go-plugins-helpers/network"
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 )
@@ -112,7 +113,7 @@ func TestEncryptedNetworkNeedsSecretAndKernel(t *testing.T) {
 	}
 
 	fe := newFakeEncryption()
-	fe.unsupported = encryption.NoESPError()
+	fe.unsupported = fakexfrm.NoESPError()
 	d2, k := newEncryptedDriver(t, fe)
 	if err := d2.CreateNetwork(encryptedReq("n1", 300)); err == nil || !strings.Contains(err.Error(), "ESP") {
 		t.Fatalf("encrypted network on a kernel without ESP: %v", err)

@@ -1,4 +1,4 @@
-package encryption
+package encryption_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 )
 
@@ -65,29 +67,29 @@ func (c *clock) add(d time.Duration) {
 // host is one node: a manager with its fake kernel and its published keys,
 // which the test's gossip carries to the other hosts.
 type host struct {
-	m    *Manager
-	x    *FakeXFRM
+	m    *encryption.Manager
+	x    *fakexfrm.XFRM
 	fw   *fakeFirewall
 	addr netip.Addr
 
 	// mu guards pub. Leaf lock, taken under the manager's mutex.
 	mu  sync.Mutex
-	pub []PublicKey
+	pub []encryption.PublicKey
 }
 
 func newHost(t *testing.T, addr string, now func() time.Time) *host {
 	t.Helper()
-	h := &host{x: NewFakeXFRM(), fw: &fakeFirewall{vnis: map[uint32]bool{}}, addr: netip.MustParseAddr(addr)}
+	h := &host{x: fakexfrm.New(), fw: &fakeFirewall{vnis: map[uint32]bool{}}, addr: netip.MustParseAddr(addr)}
 	h.start(t, now, nil)
 	return h
 }
 
 // start runs a new manager on h's kernel, resuming the keys if any.
-func (h *host) start(t *testing.T, now func() time.Time, resume []PublicKey) {
+func (h *host) start(t *testing.T, now func() time.Time, resume []encryption.PublicKey) {
 	t.Helper()
-	m, err := NewManager(Config{XFRM: h.x, Firewall: h.fw, Secret: secret, Local: h.addr, Port: 4789,
-		Schedule: testSchedule(), Now: now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Publish: func(k []PublicKey) { h.mu.Lock(); h.pub = k; h.mu.Unlock() }, Resume: resume})
+	m, err := encryption.NewManager(encryption.Config{XFRM: h.x, Firewall: h.fw, Secret: encryption.TestSecret, Local: h.addr, Port: 4789,
+		Schedule: encryption.TestSchedule, Now: now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Publish: func(k []encryption.PublicKey) { h.mu.Lock(); h.pub = k; h.mu.Unlock() }, Resume: resume})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func (h *host) restart(t *testing.T, now func() time.Time) {
 	}
 }
 
-func (h *host) published() []PublicKey { h.mu.Lock(); defer h.mu.Unlock(); return h.pub }
+func (h *host) published() []encryption.PublicKey { h.mu.Lock(); defer h.mu.Unlock(); return h.pub }
 
 // gossip delivers every host's current keys to every other host.
 func gossip(t *testing.T, hosts ...*host) {
@@ -165,7 +167,7 @@ func checkPath(t *testing.T, a, b *host) {
 }
 
 func TestTwoHostsAgreeAndBlockUntilKeysKnown(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a := newHost(t, "198.51.100.1", c.now)
 	b := newHost(t, "198.51.100.2", c.now)
 	if err := a.m.AddRemote(b.addr); err != nil {
@@ -203,7 +205,7 @@ func twoHosts(t *testing.T, c *clock) (a, b *host) {
 // SAs take over once it activates (the old one, installed again, would
 // restart its sequence numbers inside the receiver's replay window).
 func TestReprogramsStateLostFromOutside(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a, b := twoHosts(t, c)
 	gossip(t, a, b)
 	checkPath(t, a, b)
@@ -239,7 +241,7 @@ func TestReprogramsStateLostFromOutside(t *testing.T) {
 	}
 	checkPath(t, b, a) // inbound SAs are back at once
 	gossip(t, a, b)
-	c.add(testSchedule().Lead)
+	c.add(encryption.TestSchedule.Lead)
 	tick(t, a, b)
 	checkPath(t, a, b)
 	checkPath(t, b, a)
@@ -249,7 +251,7 @@ func TestReprogramsStateLostFromOutside(t *testing.T) {
 }
 
 func TestRefcountsAcrossNetworks(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a := newHost(t, "198.51.100.1", c.now)
 	b := newHost(t, "198.51.100.2", c.now)
 	gossip(t, a, b)
@@ -273,12 +275,12 @@ func TestRefcountsAcrossNetworks(t *testing.T) {
 	if err := a.m.RemoveRemote(b.addr); err != nil { // extra removes are harmless
 		t.Fatal(err)
 	}
-	c.add(Linger)
+	c.add(encryption.Linger)
 	if err := a.m.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	if states, _ := a.x.States(); len(states) != 0 {
-		t.Fatalf("SAs left %v after the last reference: %+v", Linger, states)
+		t.Fatalf("SAs left %v after the last reference: %+v", encryption.Linger, states)
 	}
 }
 
@@ -288,7 +290,7 @@ func TestRefcountsAcrossNetworks(t *testing.T) {
 // SA is the same instance, its sequence numbers going on, not installed
 // again from 1; the counters the fake keeps per instance tell.
 func TestReferenceBackWithinLinger(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a, b := twoHosts(t, c)
 	gossip(t, a, b)
 	checkPath(t, a, b)
@@ -307,7 +309,7 @@ func TestReferenceBackWithinLinger(t *testing.T) {
 	if len(st.Remotes) != 1 || st.Remotes[0].Refs != 0 || st.Remotes[0].PolicySPI != 0 || st.Remotes[0].SAs != 2 {
 		t.Fatalf("status without references: %+v; want no policy, the two SAs kept", st.Remotes)
 	}
-	c.add(Linger - time.Second)
+	c.add(encryption.Linger - time.Second)
 	if err := a.m.Tick(); err != nil {
 		t.Fatal(err)
 	}
@@ -316,14 +318,14 @@ func TestReferenceBackWithinLinger(t *testing.T) {
 	}
 	checkPath(t, a, b)
 	states, _ := a.x.States()
-	i := slices.IndexFunc(states, func(s StateInfo) bool { return s.SPI == spi })
+	i := slices.IndexFunc(states, func(s encryption.StateInfo) bool { return s.SPI == spi })
 	if i < 0 || states[i].Packets != 1000 {
 		t.Fatalf("outbound SA %#x after the reference came back: %+v; want the same instance, 1000 packets counted", spi, states)
 	}
 }
 
 func TestVNIFirewallRefcount(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a := newHost(t, "198.51.100.1", c.now)
 	for range 2 {
 		if err := a.m.EnableVNI(300); err != nil {
@@ -345,14 +347,14 @@ func TestVNIFirewallRefcount(t *testing.T) {
 }
 
 func TestUnsupportedKernel(t *testing.T) {
-	x := NewFakeXFRM()
-	x.CheckErr = NoESPError()
-	m, err := NewManager(Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: secret,
-		Local: hostA, Port: 4789, Schedule: testSchedule(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	x := fakexfrm.New()
+	x.CheckErr = fakexfrm.NoESPError()
+	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: encryption.TestSecret,
+		Local: encryption.TestHostA, Port: 4789, Schedule: encryption.TestSchedule, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.EnableVNI(300); !errors.Is(err, ErrNoESP) {
+	if err := m.EnableVNI(300); !errors.Is(err, encryption.ErrNoESP) {
 		t.Fatalf("EnableVNI on a kernel without ESP: %v", err)
 	}
 }
@@ -362,8 +364,8 @@ func TestUnsupportedKernel(t *testing.T) {
 // every step that each direction's outbound SA exists at the receiver with
 // the same key.
 func TestRotationNeverLosesAPacket(t *testing.T) {
-	s := testSchedule()
-	clocks := []*clock{{t: t0}, {t: t0.Add(20 * time.Second)}, {t: t0.Add(-20 * time.Second)}}
+	s := encryption.TestSchedule
+	clocks := []*clock{{t: encryption.TestT0}, {t: encryption.TestT0.Add(20 * time.Second)}, {t: encryption.TestT0.Add(-20 * time.Second)}}
 	hosts := []*host{
 		newHost(t, "198.51.100.1", clocks[0].now),
 		newHost(t, "198.51.100.2", clocks[1].now),
@@ -414,8 +416,8 @@ func TestRotationNeverLosesAPacket(t *testing.T) {
 }
 
 func TestForcedRotationSwitchesAfterLead(t *testing.T) {
-	s := testSchedule()
-	c := &clock{t: t0}
+	s := encryption.TestSchedule
+	c := &clock{t: encryption.TestT0}
 	a := newHost(t, "198.51.100.1", c.now)
 	b := newHost(t, "198.51.100.2", c.now)
 	must := func(err error) {
@@ -449,7 +451,7 @@ func TestForcedRotationSwitchesAfterLead(t *testing.T) {
 // remote add/remove under -race, then checks that the fake kernel holds
 // exactly what the refcounts imply.
 func TestConcurrentRotationAndPeers(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a := newHost(t, "198.51.100.1", c.now)
 	peers := make([]*host, 4)
 	for i := range peers {
@@ -541,7 +543,7 @@ func TestConcurrentRotationAndPeers(t *testing.T) {
 // inherited SAs are gone, and so is the previous run's firewall table,
 // which no encrypted sandbox claimed again.
 func TestResumeTakesOverLosslessly(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a, b := twoHosts(t, c)
 	if err := a.m.EnableVNI(256); err != nil {
 		t.Fatal(err)
@@ -559,10 +561,10 @@ func TestResumeTakesOverLosslessly(t *testing.T) {
 
 	a.restart(t, c.now)
 	m := a.m
-	if got, _ := a.x.States(); !slices.EqualFunc(got, kernel, func(x, y StateInfo) bool { return x.SPI == y.SPI }) {
+	if got, _ := a.x.States(); !slices.EqualFunc(got, kernel, func(x, y encryption.StateInfo) bool { return x.SPI == y.SPI }) {
 		t.Fatalf("taking over changed the kernel's SAs: %+v, was %+v", got, kernel)
 	}
-	if pub := a.published(); !slices.EqualFunc(pub, old, func(x, y PublicKey) bool { return x.Gen == y.Gen }) {
+	if pub := a.published(); !slices.EqualFunc(pub, old, func(x, y encryption.PublicKey) bool { return x.Gen == y.Gen }) {
 		t.Fatalf("resumed keys %+v; want the old generations only until a peer is back, %+v", pub, old)
 	}
 	if err := m.Tick(); err != nil {
@@ -575,24 +577,24 @@ func TestResumeTakesOverLosslessly(t *testing.T) {
 	gossip(t, a, b)
 	gossip(t, a, b)
 	both("peers and keys known again")
-	if pub := a.published(); len(pub) != 2 || pub[0].Gen != old[0].Gen || !pub[1].ActivateAt.Equal(t0.Add(testSchedule().Lead)) {
+	if pub := a.published(); len(pub) != 2 || pub[0].Gen != old[0].Gen || !pub[1].ActivateAt.Equal(encryption.TestT0.Add(encryption.TestSchedule.Lead)) {
 		t.Fatalf("keys once the peer is back %+v; want the old generation, then a new one activating after Lead", pub)
 	}
 
-	c.add(testSchedule().Lead)
+	c.add(encryption.TestSchedule.Lead)
 	tick(t, a, b)
 	both("the new generation active")
 	if a.fw.vnis[256] != true {
 		t.Fatal("the previous run's firewall table went while its generation lives")
 	}
 
-	c.add(testSchedule().Grace)
+	c.add(encryption.TestSchedule.Grace)
 	tick(t, a, b)
 	gossip(t, a, b)
 	both("the inherited generation retired")
 	now, _ := a.x.States()
 	for _, st := range now {
-		if slices.ContainsFunc(kernel, func(k StateInfo) bool { return k.SPI == st.SPI }) {
+		if slices.ContainsFunc(kernel, func(k encryption.StateInfo) bool { return k.SPI == st.SPI }) {
 			t.Errorf("inherited SA %#x still installed after its generation retired", st.SPI)
 		}
 	}
@@ -608,7 +610,7 @@ func TestResumeTakesOverLosslessly(t *testing.T) {
 func TestResumedRunReachedLate(t *testing.T) {
 	for _, first := range []string{"the peer's keys reach the resumed run", "the resumed run's keys reach the peer"} {
 		t.Run(first, func(t *testing.T) {
-			c := &clock{t: t0}
+			c := &clock{t: encryption.TestT0}
 			a, b := twoHosts(t, c)
 			gossip(t, a, b)
 			old := a.published()
@@ -623,7 +625,7 @@ func TestResumedRunReachedLate(t *testing.T) {
 				checkPath(t, a, b)
 				checkPath(t, b, a)
 			}
-			step("cut off for longer than Lead", func() { c.add(testSchedule().Lead + time.Second); tick(t, a, b) })
+			step("cut off for longer than Lead", func() { c.add(encryption.TestSchedule.Lead + time.Second); tick(t, a, b) })
 			deliver := func(to, from *host) func() {
 				return func() {
 					if err := to.m.SetPeerKeys(from.addr, from.published()); err != nil {
@@ -640,8 +642,8 @@ func TestResumedRunReachedLate(t *testing.T) {
 				step("then the other way", toA)
 				step("the new generation follows", toB)
 			}
-			step("the new generation active", func() { c.add(testSchedule().Lead); tick(t, a, b) })
-			step("the inherited one retired", func() { c.add(testSchedule().Grace); tick(t, a, b); gossip(t, a, b) })
+			step("the new generation active", func() { c.add(encryption.TestSchedule.Lead); tick(t, a, b) })
+			step("the inherited one retired", func() { c.add(encryption.TestSchedule.Grace); tick(t, a, b); gossip(t, a, b) })
 			if pub := a.published(); len(pub) != 1 || pub[0].Gen == old[len(old)-1].Gen {
 				t.Fatalf("a's generations at the end %+v; want only this run's", pub)
 			}
@@ -655,14 +657,14 @@ func TestResumedRunReachedLate(t *testing.T) {
 // active: one pairing its new generation with the inherited one would
 // meet no inbound SA.
 func TestPeerRotatesWhileResuming(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a, b := twoHosts(t, c)
 	gossip(t, a, b)
 	a.restart(t, c.now)
 	if err := a.m.AddRemote(b.addr); err != nil {
 		t.Fatal(err)
 	}
-	lead := testSchedule().Lead
+	lead := encryption.TestSchedule.Lead
 	step := func(what string, fn func()) {
 		t.Helper()
 		t.Log(what)
@@ -679,7 +681,7 @@ func TestPeerRotatesWhileResuming(t *testing.T) {
 	step("the peers reach each other", func() { c.add(lead / 2); gossip(t, a, b); gossip(t, a, b) })
 	step("b's generation active, a's not yet", func() { c.add(lead/2 + time.Second) })
 	step("a's generation active", func() { c.add(lead / 2) })
-	step("the old generations retired", func() { c.add(testSchedule().Grace); gossip(t, a, b) })
+	step("the old generations retired", func() { c.add(encryption.TestSchedule.Grace); gossip(t, a, b) })
 }
 
 // TestNewPeerOfResumedNodeWaits: a node the resumed run's predecessor
@@ -687,7 +689,7 @@ func TestPeerRotatesWhileResuming(t *testing.T) {
 // sending what nobody can decrypt, and both paths work once the resumed
 // run's own generation is active.
 func TestNewPeerOfResumedNodeWaits(t *testing.T) {
-	c := &clock{t: t0}
+	c := &clock{t: encryption.TestT0}
 	a := newHost(t, "198.51.100.1", c.now)
 	a.restart(t, c.now)
 	n := newHost(t, "198.51.100.3", c.now)
@@ -704,7 +706,7 @@ func TestNewPeerOfResumedNodeWaits(t *testing.T) {
 	}
 	gossip(t, a, n)
 	gossip(t, a, n)
-	c.add(testSchedule().Lead)
+	c.add(encryption.TestSchedule.Lead)
 	tick(t, a, n)
 	checkPath(t, a, n)
 	checkPath(t, n, a)
@@ -713,27 +715,27 @@ func TestNewPeerOfResumedNodeWaits(t *testing.T) {
 // blockingStates is a kernel whose SA dump hangs until released, as a dump
 // of many SAs on a busy host takes its time.
 type blockingStates struct {
-	*FakeXFRM
+	*fakexfrm.XFRM
 	entered, release chan struct{}
 }
 
-func (b blockingStates) States() ([]StateInfo, error) {
+func (b blockingStates) States() ([]encryption.StateInfo, error) {
 	b.entered <- struct{}{}
 	<-b.release
-	return b.FakeXFRM.States()
+	return b.XFRM.States()
 }
 
 // A metrics scrape (Status) reading the kernel does not hold the
 // encryption mutex: peers are programmed meanwhile.
 func TestStatusDoesNotBlockProgramming(t *testing.T) {
-	x := blockingStates{NewFakeXFRM(), make(chan struct{}), make(chan struct{})}
-	m, err := NewManager(Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: secret,
-		Local: netip.MustParseAddr("198.51.100.1"), Port: 4789, Schedule: testSchedule(),
+	x := blockingStates{fakexfrm.New(), make(chan struct{}), make(chan struct{})}
+	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: encryption.TestSecret,
+		Local: netip.MustParseAddr("198.51.100.1"), Port: 4789, Schedule: encryption.TestSchedule,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan Status)
+	done := make(chan encryption.Status)
 	go func() { done <- m.Status() }()
 	<-x.entered
 	programmed := make(chan error)

@@ -1,6 +1,9 @@
 package encryption
 
-import "net/netip"
+import (
+	"errors"
+	"net/netip"
+)
 
 // Our xfrm identity. Docker's overlay uses mark 0xD0C4E3 and deletes every
 // SA and policy carrying it when dockerd starts, so ours must differ.
@@ -14,8 +17,13 @@ const (
 	ReplayWindow = 1024
 )
 
+// ErrNoESP is wrapped by the errors of XFRM.Check and AddSA on a kernel
+// that cannot build ESP states with AEADName (no esp4/esp6, no gcm, or no
+// rfc4106 template).
+var ErrNoESP = errors.New("kernel lacks IPsec ESP with AES-GCM (" + AEADName + ")")
+
 // XFRM programs ESP transport-mode SAs and policies for VXLAN between two
-// hosts. Implementations: the netlink one and the fake for tests. Calls are
+// hosts. Implementations: netlinkxfrm, and fakexfrm for tests. Calls are
 // serialised by the Manager's mutex.
 type XFRM interface {
 	// Check reports, with a clear error, a kernel that lacks ESP or

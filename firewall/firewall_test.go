@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
 	"github.com/overlay-plugin/overlay-plugin/internal/testns"
 )
 
@@ -935,7 +936,7 @@ func TestDataPath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	x, err := encryption.NewNetlinkXFRM(p.nsA)
+	x, err := netlinkxfrm.New(p.nsA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -969,7 +970,7 @@ func TestDataPath(t *testing.T) {
 // host without the policy is dropped.
 func TestEncryptedEndToEnd(t *testing.T) {
 	p := veth(t)
-	xA, err := encryption.NewNetlinkXFRM(p.nsA)
+	xA, err := netlinkxfrm.New(p.nsA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -977,14 +978,14 @@ func TestEncryptedEndToEnd(t *testing.T) {
 	if err := xA.Check(); err != nil {
 		t.Skipf("needs IPsec ESP, which this kernel lacks (runs in the VM): %v", err)
 	}
-	xB, err := encryption.NewNetlinkXFRM(p.nsB)
+	xB, err := netlinkxfrm.New(p.nsB)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer xB.Close()
 	sa := encryption.SA{Direction: encryption.Direction{Src: addrA, Dst: addrB, SrcGen: 1, DstGen: 1},
 		SPI: 0x7001, Key: make([]byte, encryption.KeyLen)}
-	for _, x := range []*encryption.NetlinkXFRM{xA, xB} {
+	for _, x := range []*netlinkxfrm.XFRM{xA, xB} {
 		if err := x.AddSA(sa); err != nil {
 			t.Fatal(err)
 		}

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"runtime"
 
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
 var errNotNetns = errors.New("not a network namespace mount")
@@ -61,7 +62,9 @@ func openSandbox(name, path string) (*sandbox, error) {
 }
 
 func newRawSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
-	s, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	s, err := nsthread.Open(ns, func() (*nl.NetlinkSocket, error) {
+		return nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -175,39 +178,20 @@ func (n *Netlink) release(sb *sandbox) {
 	}
 }
 
-// newNamespace creates a network namespace and bind-mounts it on path (an
-// existing empty file). It runs on a dedicated, locked OS thread that is
-// never unlocked, so Go destroys the thread, and its namespace membership
-// with it, when the goroutine returns.
+// newNamespace creates a network namespace, tuned, and bind-mounts it on
+// path (an existing empty file), which keeps it.
 func newNamespace(path string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread, on purpose: see above.
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("unshare network namespace: %w", err)
-			}
-			if err := tuneNamespace(); err != nil {
-				return err
-			}
-			self := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-			if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("bind-mount namespace on %s: %w", path, err)
-			}
-			return nil
-		}()
-	}()
-	return <-errc
+	ns, err := nsthread.New()
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	if err := nsthread.Do(ns, tuneNamespace); err != nil {
+		return err
+	}
+	return nsthread.Mount(ns, path)
 }
 
-// tuneNamespace sets the IPv6 defaults of the namespace the calling
-// (locked) thread is in, before any device is created or moved in: IPv6
-// enabled (the VXLAN proxy answers NDP only for a device with IPv6 state,
-// and IPv6 neighbour entries need it), no DAD and no link-local addresses
-// (the bridge and VXLAN device need none, and this keeps router
-// solicitations and MLD reports from being flooded to every VTEP).
-// A kernel without IPv6 is left alone.
 // writableProcSys makes /proc/sys writable for the sandboxes' sysctls.
 // Docker mounts it read-only in a managed plugin's container; the plugin
 // has its own mount namespace and CAP_SYS_ADMIN, so remounting it there
@@ -224,6 +208,13 @@ func writableProcSys() error {
 	return nil
 }
 
+// tuneNamespace sets the IPv6 defaults of the namespace the calling
+// (locked) thread is in, before any device is created or moved in: IPv6
+// enabled (the VXLAN proxy answers NDP only for a device with IPv6 state,
+// and IPv6 neighbour entries need it), no DAD and no link-local addresses
+// (the bridge and VXLAN device need none, and this keeps router
+// solicitations and MLD reports from being flooded to every VTEP).
+// A kernel without IPv6 is left alone.
 func tuneNamespace() error {
 	if _, err := os.Stat("/proc/sys/net/ipv6/conf/default"); errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
 // Name prefixes of the devices this package creates in the host namespace.
@@ -113,9 +114,7 @@ func NewNetlink(cfg NetlinkConfig) (*Netlink, error) {
 
 	hostNS := cfg.HostNS
 	if hostNS == 0 || hostNS == netns.None() {
-		runtime.LockOSThread()
-		hostNS, err = netns.Get()
-		runtime.UnlockOSThread()
+		hostNS, err = nsthread.Current()
 		if err != nil {
 			return nil, fmt.Errorf("netlink kernel: open current network namespace: %w", err)
 		}
@@ -152,7 +151,7 @@ func (n *Netlink) Close() error {
 }
 
 func newHandle(ns netns.NsHandle) (*netlink.Handle, error) {
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	h, err := nsthread.Open(ns, func() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_ROUTE) })
 	if err != nil {
 		return nil, err
 	}

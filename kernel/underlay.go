@@ -8,6 +8,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
 // Underlay answers questions about the host's own (underlay) network in one
@@ -19,13 +21,7 @@ type Underlay struct {
 
 // NewUnderlay queries the namespace ns (netns.None() for the caller's).
 func NewUnderlay(ns netns.NsHandle) (*Underlay, error) {
-	var h *netlink.Handle
-	var err error
-	if ns.IsOpen() {
-		h, err = netlink.NewHandleAt(ns)
-	} else {
-		h, err = netlink.NewHandle()
-	}
+	h, err := nsthread.Open(ns, func() (*netlink.Handle, error) { return netlink.NewHandle() })
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle for underlay: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
 // removedBackends lists the backends that have a counter in have (the
@@ -42,7 +44,7 @@ func forgetUDP(ns netns.NsHandle, removed []Backend) error {
 	if len(removed) == 0 {
 		return nil
 	}
-	h, err := netlink.NewHandleAt(ns)
+	h, err := nsthread.Open(ns, func() (*netlink.Handle, error) { return netlink.NewHandle() })
 	if err != nil {
 		return fmt.Errorf("conntrack handle: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
 	"github.com/overlay-plugin/overlay-plugin/firewall"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 )
@@ -165,7 +166,7 @@ func (cp *controlPlane) stopEncryption() {
 
 // newNetlinkEncryption is the real xfrm and nftables side.
 func newNetlinkEncryption(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
-	x, err := encryption.NewNetlinkXFRM(netns.None())
+	x, err := netlinkxfrm.New(netns.None())
 	if err != nil {
 		return nil, nil, nil, err
 	}

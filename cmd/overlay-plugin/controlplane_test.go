@@ -16,6 +16,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 )
 
@@ -53,7 +54,7 @@ func (f *memFirewall) Keep() ([]uint32, error) {
 type node struct {
 	*instance
 	addr netip.Addr
-	x    *encryption.FakeXFRM
+	x    *fakexfrm.XFRM
 	fw   *memFirewall
 }
 
@@ -63,7 +64,7 @@ func startNode(t *testing.T, net *memnet.Network, i int, secretFile string, join
 	cfg := testConfig(t)
 	cfg.AdvertiseAddr, cfg.GossipPort, cfg.Join, cfg.NodeName = addr, defaultGossipPort, join, addr.String()
 	cfg.SecretFile, cfg.DeadGrace, cfg.KeyRotation = secretFile, time.Minute, time.Hour
-	return runNode(t, net, &node{addr: addr, x: encryption.NewFakeXFRM(), fw: &memFirewall{vnis: map[uint32]bool{}}}, cfg, fakekernel.New())
+	return runNode(t, net, &node{addr: addr, x: fakexfrm.New(), fw: &memFirewall{vnis: map[uint32]bool{}}}, cfg, fakekernel.New())
 }
 
 // startPair starts two plugins with one cluster secret, b joining a.

@@ -20,6 +20,14 @@ var rules = map[string][]string{
 	"cluster":    {"encryption", "driver", "kernel", "firewall"},
 	"servicelb":  {"encryption", "driver", "cluster", "kernel"},
 	"encryption": {"driver", "cluster", "firewall", "kernel"},
+	// xfrm's implementations serve the manager and know nothing above it.
+	"encryption/netlinkxfrm": {"driver", "cluster", "firewall", "kernel"},
+	"encryption/fakexfrm":    {"driver", "cluster", "firewall", "kernel"},
+	// The namespace primitive is a leaf every kernel-facing package uses.
+	"internal/nsthread": {"encryption", "driver", "cluster", "kernel", "firewall", "servicelb"},
+	// Fakes and test harnesses never ship in the binary.
+	"cmd/overlay-plugin": {"kernel/fakekernel", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb",
+		"internal/testns", "internal/testbed"},
 }
 
 func TestImportRules(t *testing.T) {

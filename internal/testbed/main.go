@@ -44,8 +44,14 @@ func NewRequirement(pkg string, extra ...func() error) *Requirement {
 
 // RequireEnv names packages, space-separated, whose tests must run: where
 // one of them cannot, its tests fail instead of skipping. The VM run sets it
-// for the encrypted scenario, which exists to run there.
+// for the packages that exist to run there: the encrypted scenario and
+// the xfrm netlink tests that need ESP.
 const RequireEnv = "OVERLAY_TEST_REQUIRE"
+
+// Required reports whether RequireEnv names pkg: its tests must run.
+func Required(pkg string) bool {
+	return slices.Contains(strings.Fields(os.Getenv(RequireEnv)), pkg)
+}
 
 // Require skips t unless the requirement holds; the reason is printed once,
 // even without -v, so a skipped layer never passes silently. Packages named
@@ -65,7 +71,7 @@ func (r *Requirement) Require(t *testing.T) {
 		}
 	})
 	if r.err != nil {
-		if slices.Contains(strings.Fields(os.Getenv(RequireEnv)), r.pkg) {
+		if Required(r.pkg) {
 			t.Fatalf("cannot run here, and %s requires it: %v", RequireEnv, r.err)
 		}
 		t.Skipf("cannot run here: %v", r.err)

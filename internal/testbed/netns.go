@@ -6,13 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/vishvananda/netns"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
 // netnsDir is where `ip netns add` mounts named namespaces.
@@ -66,31 +67,17 @@ func (n *Netns) Sysctl(key, value string) error {
 	return err
 }
 
-// Do runs fn on an OS thread switched into the namespace. Sockets that fn
-// opens belong to the namespace for their whole life and may be used from
-// any goroutine afterwards. The thread is discarded when fn returns, so no
-// other goroutine ever runs in the namespace by accident. fn must not start
-// goroutines that expect to be in the namespace.
+// Do runs fn on an OS thread switched into the namespace (nsthread.Do).
+// Sockets that fn opens belong to the namespace for their whole life and
+// may be used from any goroutine afterwards. fn must not start goroutines
+// that expect to be in the namespace.
 func (n *Netns) Do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the runtime terminates the thread when this
-		// goroutine exits, instead of reusing a thread in a foreign netns.
-		runtime.LockOSThread()
-		f, err := os.Open(n.Path())
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", n.Name, err)
-			return
-		}
-		err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-		f.Close()
-		if err != nil {
-			errc <- fmt.Errorf("setns %s: %w", n.Name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	h, err := netns.GetFromPath(n.Path())
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", n.Name, err)
+	}
+	defer h.Close()
+	return nsthread.Do(h, fn)
 }
 
 // Pids lists the processes running in the namespace.

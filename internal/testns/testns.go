@@ -2,25 +2,24 @@
 // throwaway network namespaces, never touching the namespace the test
 // process started in.
 //
-// Namespace switches happen only on dedicated goroutines locked to their OS
-// thread; a thread whose namespace could not be restored is never unlocked,
-// so the Go runtime destroys it instead of reusing it.
+// Namespaces are made and entered with internal/nsthread, whose rules keep
+// every other goroutine of the test in the namespace it started in.
 package testns
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
 var (
@@ -37,7 +36,7 @@ func RequireRoot(t testing.TB) {
 			probeErr = fmt.Errorf("not running as root (euid %d)", euid)
 			return
 		}
-		h, err := create()
+		h, err := nsthread.New()
 		if err != nil {
 			probeErr = fmt.Errorf("cannot create a network namespace: %w", err)
 			return
@@ -49,29 +48,6 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// create makes an unnamed network namespace on a thread that is discarded
-// afterwards, and returns a handle to it.
-func create() (netns.NsHandle, error) {
-	type result struct {
-		h   netns.NsHandle
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: this thread now lives in the new namespace and
-		// must die with the goroutine.
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			ch <- result{netns.None(), fmt.Errorf("unshare: %w", err)}
-			return
-		}
-		h, err := netns.Get()
-		ch <- result{h, err}
-	}()
-	r := <-ch
-	return r.h, r.err
-}
-
 // New returns a handle to a fresh, unnamed network namespace (skipping t
 // when that is not permitted). The handle is closed in t.Cleanup; the
 // namespace disappears once nothing else (sockets, devices' peers,
@@ -79,7 +55,7 @@ func create() (netns.NsHandle, error) {
 func New(t testing.TB) netns.NsHandle {
 	t.Helper()
 	RequireRoot(t)
-	h, err := create()
+	h, err := nsthread.New()
 	if err != nil {
 		t.Fatalf("create network namespace: %v", err)
 	}
@@ -87,34 +63,11 @@ func New(t testing.TB) netns.NsHandle {
 	return h
 }
 
-// Do runs f on a locked OS thread inside ns and returns its error. f must
-// not call t.FailNow (it runs on another goroutine), and goroutines it
-// starts do not inherit ns. Sockets f opens stay in ns for their lifetime.
-func Do(ns netns.NsHandle, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("testns: get current namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("testns: enter namespace: %w", err)
-			return // may be half-switched: leave locked, thread is discarded
-		}
-		ferr := f()
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked so the runtime discards it.
-			errc <- errors.Join(ferr, fmt.Errorf("testns: return to original namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+// Do runs f on a locked OS thread inside ns and returns its error (see
+// nsthread.Do). f must not call t.FailNow (it runs on another goroutine),
+// and goroutines it starts do not inherit ns. Sockets f opens stay in ns
+// for their lifetime.
+func Do(ns netns.NsHandle, f func() error) error { return nsthread.Do(ns, f) }
 
 // Mount bind-mounts ns on path (created as an empty file, whose directory
 // must exist), the way Docker publishes a container's namespace as its
@@ -128,10 +81,9 @@ func Mount(t testing.TB, ns netns.NsHandle, path string) {
 		t.Fatalf("create namespace mount point: %v", err)
 	}
 	f.Close()
-	src := fmt.Sprintf("/proc/self/fd/%d", int(ns))
-	if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+	if err := nsthread.Mount(ns, path); err != nil {
 		os.Remove(path)
-		t.Fatalf("bind-mount namespace on %s: %v", path, err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {

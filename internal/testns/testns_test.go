@@ -4,19 +4,17 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netns"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 	"github.com/overlay-plugin/overlay-plugin/internal/testns"
 )
 
 func current(t *testing.T) string {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	h, err := netns.Get()
+	h, err := nsthread.Current()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 # go-test.sh TEST_BINARY [-test.run REGEXP] [-test.v] [other test flags...]
 # Runs a Go test binary inside the test VM (Debian's stock kernel, with ESP/GCM) as
 # root and exits with its status. Build the binary first, statically:
-#   CGO_ENABLED=0 GOEXPERIMENT=runtimesecret go test -c -o build/encryption.test ./encryption
+#   CGO_ENABLED=0 GOEXPERIMENT=runtimesecret go test -c -o build/netlinkxfrm.test ./encryption/netlinkxfrm
 # cwd in the guest is the repo root; `go test` would use the package directory:
 # set OVERLAY_VM_CWD=$PWD/encryption if the tests read testdata/.
 # Unless the flags set -test.timeout, it is set 30 s below the VM's hard timeout

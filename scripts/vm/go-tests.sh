@@ -4,7 +4,7 @@
 # kernel, with ESP/GCM), one after the other, each with the same TEST FLAGS
 # (e.g. -test.v -test.count=1), as root, cwd the repo root. Build them first,
 # statically:
-#   CGO_ENABLED=0 GOEXPERIMENT=runtimesecret go test -c -o build/vm/encryption.test ./encryption
+#   CGO_ENABLED=0 GOEXPERIMENT=runtimesecret go test -c -o build/vm/netlinkxfrm.test ./encryption/netlinkxfrm
 # Prints, for each binary, `VM-TEST: PASS NAME (SECONDS)` or
 # `VM-TEST: FAIL NAME (exit STATUS, SECONDS)` (after the last lines of each
 # failed test again: scripts/vm/fail-summary.awk), then one summary line,

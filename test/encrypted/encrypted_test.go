@@ -66,6 +66,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
@@ -105,7 +106,7 @@ func probeESP() (err error) {
 		return err
 	}
 	err = ns.Do(func() error {
-		x, err := encryption.NewNetlinkXFRM(netns.None())
+		x, err := netlinkxfrm.New(netns.None())
 		if err != nil {
 			return err
 		}

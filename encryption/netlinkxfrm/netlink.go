@@ -1,4 +1,6 @@
-package encryption
+// Package netlinkxfrm is the encryption.XFRM that programs the running
+// kernel over xfrm netlink.
+package netlinkxfrm
 
 import (
 	"bytes"
@@ -12,13 +14,10 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/internal/netlinkutil"
+	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
-
-// ErrNoESP is wrapped by the errors of Check and AddSA on a kernel that
-// cannot build ESP states with AEADName (no esp4/esp6, no gcm, or no
-// rfc4106 template).
-var ErrNoESP = errors.New("kernel lacks IPsec ESP with AES-GCM (" + AEADName + ")")
 
 // The probe SA Check adds and removes. Loopback addresses are never a pair
 // of VTEPs, so the probe can neither collide with nor be used by a real
@@ -31,35 +30,36 @@ var (
 
 const probeSPI = 0x0E5CFFFF
 
-// NetlinkXFRM implements XFRM with xfrm netlink in one network namespace.
-// It only ever touches states carrying ReqID and policies carrying Mark (with
-// a full mask), so it coexists with Docker's overlay (mark 0xD0C4E3) and any
-// other IPsec user of the namespace.
-type NetlinkXFRM struct {
+// XFRM implements encryption.XFRM with xfrm netlink in one network
+// namespace. It only ever touches states carrying encryption.ReqID and
+// policies carrying encryption.Mark (with a full mask), so it coexists with
+// Docker's overlay (mark 0xD0C4E3) and any other IPsec user of the
+// namespace.
+type XFRM struct {
 	// mu guards h: it serialises requests on the one netlink socket and
 	// Close. It is a leaf lock: nothing else is locked while it is held.
 	mu sync.Mutex
 	h  *netlink.Handle // nil once closed
 }
 
-var _ XFRM = (*NetlinkXFRM)(nil)
+var _ encryption.XFRM = (*XFRM)(nil)
 
-// NewNetlinkXFRM opens an xfrm netlink socket in ns; the zero handle or
+// New opens an xfrm netlink socket in ns; the zero handle or
 // netns.None() means the caller's current namespace. The namespace handle
 // may be closed once this returns: the socket keeps the namespace.
-func NewNetlinkXFRM(ns netns.NsHandle) (*NetlinkXFRM, error) {
+func New(ns netns.NsHandle) (*XFRM, error) {
 	if ns == 0 {
 		ns = netns.None()
 	}
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_XFRM)
+	h, err := nsthread.Open(ns, func() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_XFRM) })
 	if err != nil {
 		return nil, fmt.Errorf("xfrm: open netlink socket: %w", err)
 	}
-	return &NetlinkXFRM{h: h}, nil
+	return &XFRM{h: h}, nil
 }
 
 // Close releases the netlink socket; installed states and policies stay.
-func (x *NetlinkXFRM) Close() error {
+func (x *XFRM) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.h != nil {
@@ -72,7 +72,7 @@ func (x *NetlinkXFRM) Close() error {
 var errClosed = errors.New("xfrm: handle is closed")
 
 // do runs f with the handle under the lock.
-func (x *NetlinkXFRM) do(f func(h *netlink.Handle) error) error {
+func (x *XFRM) do(f func(h *netlink.Handle) error) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.h == nil {
@@ -127,16 +127,16 @@ func kernelHint(err error) string {
 
 func noESP(err error) error {
 	return fmt.Errorf("%w: load esp4/esp6 and gcm modules or use a kernel that has them: %w%s",
-		ErrNoESP, err, kernelHint(err))
+		encryption.ErrNoESP, err, kernelHint(err))
 }
 
-func espState(sa SA) (*netlink.XfrmState, error) {
+func espState(sa encryption.SA) (*netlink.XfrmState, error) {
 	src, dst, err := pair(sa.Src, sa.Dst)
 	if err != nil {
 		return nil, err
 	}
-	if len(sa.Key) != KeyLen {
-		return nil, fmt.Errorf("xfrm: SA %v: key is %d bytes, want %d", sa.Direction, len(sa.Key), KeyLen)
+	if len(sa.Key) != encryption.KeyLen {
+		return nil, fmt.Errorf("xfrm: SA %v: key is %d bytes, want %d", sa.Direction, len(sa.Key), encryption.KeyLen)
 	}
 	if sa.SPI < 256 {
 		return nil, fmt.Errorf("xfrm: SA %v: SPI %#x is reserved", sa.Direction, sa.SPI)
@@ -147,21 +147,21 @@ func espState(sa SA) (*netlink.XfrmState, error) {
 		Proto:        netlink.XFRM_PROTO_ESP,
 		Mode:         netlink.XFRM_MODE_TRANSPORT,
 		Spi:          int(sa.SPI),
-		Reqid:        ReqID,
-		Aead:         &netlink.XfrmStateAlgo{Name: AEADName, Key: sa.Key, ICVLen: ICVBits},
+		Reqid:        encryption.ReqID,
+		Aead:         &netlink.XfrmStateAlgo{Name: encryption.AEADName, Key: sa.Key, ICVLen: encryption.ICVBits},
 		ESN:          true,
-		ReplayWindow: ReplayWindow,
+		ReplayWindow: encryption.ReplayWindow,
 	}, nil
 }
 
 // Check adds and removes a probe SA to learn whether the kernel has ESP
 // with AEADName.
-func (x *NetlinkXFRM) Check() error {
+func (x *XFRM) Check() error {
 	return x.do(func(h *netlink.Handle) error {
-		st, err := espState(SA{
-			Direction: Direction{Src: probeSrc, Dst: probeDst},
+		st, err := espState(encryption.SA{
+			Direction: encryption.Direction{Src: probeSrc, Dst: probeDst},
 			SPI:       probeSPI,
-			Key:       make([]byte, KeyLen),
+			Key:       make([]byte, encryption.KeyLen),
 		})
 		if err != nil {
 			return err
@@ -184,7 +184,7 @@ func (x *NetlinkXFRM) Check() error {
 // is the same SA (same source, ours, same key) nothing changes; a different
 // one is an SPI collision and an error, since the kernel identifies states
 // by (dst, SPI) alone and would otherwise keep using the wrong key.
-func (x *NetlinkXFRM) AddSA(sa SA) error {
+func (x *XFRM) AddSA(sa encryption.SA) error {
 	st, err := espState(sa)
 	if err != nil {
 		return err
@@ -199,8 +199,8 @@ func (x *NetlinkXFRM) AddSA(sa SA) error {
 			if gerr != nil {
 				return fmt.Errorf("xfrm: SA %v spi %#x exists but cannot be read: %w", sa.Direction, sa.SPI, gerr)
 			}
-			if !old.Src.Equal(st.Src) || old.Reqid != ReqID || old.Aead == nil ||
-				old.Aead.Name != AEADName || !bytes.Equal(old.Aead.Key, sa.Key) {
+			if !old.Src.Equal(st.Src) || old.Reqid != encryption.ReqID || old.Aead == nil ||
+				old.Aead.Name != encryption.AEADName || !bytes.Equal(old.Aead.Key, sa.Key) {
 				return fmt.Errorf("xfrm: SA %v: SPI %#x to %v is already used by another state (src %v, reqid %#x)",
 					sa.Direction, sa.SPI, sa.Dst, old.Src, old.Reqid)
 			}
@@ -220,7 +220,7 @@ func missing(err error) bool {
 
 // DeleteSA removes the state (dst, spi) if it is ours. The kernel looks
 // states up by (dst, SPI) only, so src serves to check ownership.
-func (x *NetlinkXFRM) DeleteSA(src, dst netip.Addr, spi uint32) error {
+func (x *XFRM) DeleteSA(src, dst netip.Addr, spi uint32) error {
 	s, d, err := pair(src, dst)
 	if err != nil {
 		return err
@@ -234,7 +234,7 @@ func (x *NetlinkXFRM) DeleteSA(src, dst netip.Addr, spi uint32) error {
 		if err != nil {
 			return fmt.Errorf("xfrm: look up SA %v -> %v spi %#x: %w", src, dst, spi, err)
 		}
-		if old.Reqid != ReqID || !old.Src.Equal(s) {
+		if old.Reqid != encryption.ReqID || !old.Src.Equal(s) {
 			return nil // not ours: someone else's state with that SPI
 		}
 		if err := h.XfrmStateDel(id); err != nil && !missing(err) {
@@ -253,19 +253,19 @@ func policy(src, dst net.IP, port uint16, spi uint32) *netlink.XfrmPolicy {
 		Proto:   netlink.Proto(unix.IPPROTO_UDP),
 		DstPort: int(port),
 		Dir:     netlink.XFRM_DIR_OUT,
-		Mark:    &netlink.XfrmMark{Value: Mark, Mask: 0xffffffff},
+		Mark:    &netlink.XfrmMark{Value: encryption.Mark, Mask: 0xffffffff},
 		Tmpls: []netlink.XfrmPolicyTmpl{{
 			Src:   src,
 			Dst:   dst,
 			Proto: netlink.XFRM_PROTO_ESP,
 			Mode:  netlink.XFRM_MODE_TRANSPORT,
-			Reqid: ReqID,
+			Reqid: encryption.ReqID,
 			Spi:   int(spi),
 		}},
 	}
 }
 
-func (x *NetlinkXFRM) updatePolicy(src, dst netip.Addr, port uint16, spi uint32) error {
+func (x *XFRM) updatePolicy(src, dst netip.Addr, port uint16, spi uint32) error {
 	s, d, err := pair(src, dst)
 	if err != nil {
 		return err
@@ -283,7 +283,7 @@ func (x *NetlinkXFRM) updatePolicy(src, dst netip.Addr, port uint16, spi uint32)
 
 // SetPolicy creates or replaces in place the outbound policy src→dst:port
 // so that it uses the SA spi.
-func (x *NetlinkXFRM) SetPolicy(src, dst netip.Addr, port uint16, spi uint32) error {
+func (x *XFRM) SetPolicy(src, dst netip.Addr, port uint16, spi uint32) error {
 	if spi == 0 {
 		return errors.New("xfrm: SetPolicy needs an SPI (BlockPolicy blocks)")
 	}
@@ -295,12 +295,12 @@ func (x *NetlinkXFRM) SetPolicy(src, dst netip.Addr, port uint16, spi uint32) er
 // src→dst the kernel finds no SA for it and drops the packets (verified:
 // nothing leaves in clear). Note that SPI 0 matches ANY state with ReqID
 // for src→dst, so an outbound SA left installed for the pair would be used.
-func (x *NetlinkXFRM) BlockPolicy(src, dst netip.Addr, port uint16) error {
+func (x *XFRM) BlockPolicy(src, dst netip.Addr, port uint16) error {
 	return x.updatePolicy(src, dst, port, 0)
 }
 
 // DeletePolicy removes the outbound policy src→dst:port; missing is fine.
-func (x *NetlinkXFRM) DeletePolicy(src, dst netip.Addr, port uint16) error {
+func (x *XFRM) DeletePolicy(src, dst netip.Addr, port uint16) error {
 	s, d, err := pair(src, dst)
 	if err != nil {
 		return err
@@ -313,14 +313,14 @@ func (x *NetlinkXFRM) DeletePolicy(src, dst netip.Addr, port uint16) error {
 	})
 }
 
-func (x *NetlinkXFRM) listStates(h *netlink.Handle) ([]netlink.XfrmState, error) {
+func (x *XFRM) listStates(h *netlink.Handle) ([]netlink.XfrmState, error) {
 	states, err := netlinkutil.Dump(func() ([]netlink.XfrmState, error) { return h.XfrmStateList(netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("xfrm: list states: %w", err)
 	}
 	var ours []netlink.XfrmState
 	for _, s := range states {
-		if s.Reqid == ReqID {
+		if s.Reqid == encryption.ReqID {
 			ours = append(ours, s)
 		}
 	}
@@ -328,10 +328,10 @@ func (x *NetlinkXFRM) listStates(h *netlink.Handle) ([]netlink.XfrmState, error)
 }
 
 func ourMark(m *netlink.XfrmMark) bool {
-	return m != nil && m.Value == Mark && m.Mask == 0xffffffff
+	return m != nil && m.Value == encryption.Mark && m.Mask == 0xffffffff
 }
 
-func (x *NetlinkXFRM) listPolicies(h *netlink.Handle) ([]netlink.XfrmPolicy, error) {
+func (x *XFRM) listPolicies(h *netlink.Handle) ([]netlink.XfrmPolicy, error) {
 	pols, err := netlinkutil.Dump(func() ([]netlink.XfrmPolicy, error) { return h.XfrmPolicyList(netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("xfrm: list policies: %w", err)
@@ -346,12 +346,12 @@ func (x *NetlinkXFRM) listPolicies(h *netlink.Handle) ([]netlink.XfrmPolicy, err
 }
 
 // States lists the states carrying ReqID, with their lifetime counters.
-func (x *NetlinkXFRM) States() ([]StateInfo, error) {
-	var out []StateInfo
+func (x *XFRM) States() ([]encryption.StateInfo, error) {
+	var out []encryption.StateInfo
 	err := x.do(func(h *netlink.Handle) error {
 		states, err := x.listStates(h)
 		for _, s := range states {
-			out = append(out, StateInfo{
+			out = append(out, encryption.StateInfo{
 				Src:     toAddr(s.Src),
 				Dst:     toAddr(s.Dst),
 				SPI:     uint32(s.Spi),
@@ -365,15 +365,15 @@ func (x *NetlinkXFRM) States() ([]StateInfo, error) {
 }
 
 // Policies lists the outbound policies carrying Mark.
-func (x *NetlinkXFRM) Policies() ([]PolicyInfo, error) {
-	var out []PolicyInfo
+func (x *XFRM) Policies() ([]encryption.PolicyInfo, error) {
+	var out []encryption.PolicyInfo
 	err := x.do(func(h *netlink.Handle) error {
 		pols, err := x.listPolicies(h)
 		for _, p := range pols {
 			if p.Dir != netlink.XFRM_DIR_OUT || p.Src == nil || p.Dst == nil {
 				continue
 			}
-			pi := PolicyInfo{Src: toAddr(p.Src.IP), Dst: toAddr(p.Dst.IP), Port: uint16(p.DstPort)}
+			pi := encryption.PolicyInfo{Src: toAddr(p.Src.IP), Dst: toAddr(p.Dst.IP), Port: uint16(p.DstPort)}
 			if len(p.Tmpls) > 0 {
 				pi.SPI = uint32(p.Tmpls[0].Spi)
 			}
@@ -387,7 +387,7 @@ func (x *NetlinkXFRM) Policies() ([]PolicyInfo, error) {
 // Flush removes every state carrying ReqID and every policy carrying Mark,
 // in any direction, and nothing else. It carries on past failures and
 // returns them all.
-func (x *NetlinkXFRM) Flush() error {
+func (x *XFRM) Flush() error {
 	return x.do(func(h *netlink.Handle) error {
 		var errs []error
 		pols, err := x.listPolicies(h)

@@ -1,8 +1,8 @@
-package encryption
+package netlinkxfrm
 
-// Tests of NetlinkXFRM against the running kernel, and of FakeXFRM against
-// the same expectations. The privileged ones need root and skip (saying
-// why) otherwise; they run only in throwaway namespaces from testns, and
+// Tests of XFRM against the running kernel: the behaviour the fake shares
+// (xfrmtest), then what only the kernel shows. The privileged ones need
+// root and skip (saying why) otherwise; they run only in throwaway namespaces from testns, and
 // each checks on cleanup that the namespace the process started in holds
 // nothing of ours. Tests that need ESP with AES-GCM skip, printing the
 // reason, on a kernel without it (this development machine); they run in
@@ -26,24 +26,11 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/xfrmtest"
+	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 	"github.com/overlay-plugin/overlay-plugin/internal/testns"
 )
-
-const xtPort = 4789
-
-var (
-	xtA  = netip.MustParseAddr("198.51.100.1")
-	xtB  = netip.MustParseAddr("198.51.100.2")
-	xtC  = netip.MustParseAddr("198.51.100.3")
-	xtA6 = netip.MustParseAddr("2001:db8:100::1")
-	xtB6 = netip.MustParseAddr("2001:db8:100::2")
-)
-
-func xtKey(b byte) []byte { return bytes.Repeat([]byte{b}, KeyLen) }
-
-func xtSA(src, dst netip.Addr, spi uint32, keyByte byte) SA {
-	return SA{Direction: Direction{Src: src, Dst: dst, SrcGen: 1, DstGen: 2}, SPI: spi, Key: xtKey(keyByte)}
-}
 
 // xtRootClean fails t if the namespace the test process started in holds
 // any state with ReqID or policy with Mark. It only reads.
@@ -55,7 +42,7 @@ func xtRootClean(t *testing.T) {
 			t.Errorf("list root xfrm states: %v", err)
 		}
 		for _, s := range states {
-			if s.Reqid == ReqID {
+			if s.Reqid == encryption.ReqID {
 				t.Errorf("root namespace holds our state %v", s)
 			}
 		}
@@ -64,21 +51,21 @@ func xtRootClean(t *testing.T) {
 			t.Errorf("list root xfrm policies: %v", err)
 		}
 		for _, p := range pols {
-			if p.Mark != nil && p.Mark.Value == Mark {
+			if p.Mark != nil && p.Mark.Value == encryption.Mark {
 				t.Errorf("root namespace holds our policy %v", p)
 			}
 		}
 	})
 }
 
-// xtNS returns a fresh namespace with a NetlinkXFRM and a raw xfrm handle
+// xtNS returns a fresh namespace with an XFRM and a raw xfrm handle
 // in it, closed on cleanup.
-func xtNS(t *testing.T) (netns.NsHandle, *NetlinkXFRM, *netlink.Handle) {
+func xtNS(t *testing.T) (netns.NsHandle, *XFRM, *netlink.Handle) {
 	t.Helper()
 	testns.RequireRoot(t)
 	xtRootClean(t)
 	ns := testns.New(t)
-	x, err := NewNetlinkXFRM(ns)
+	x, err := New(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,238 +78,26 @@ func xtNS(t *testing.T) (netns.NsHandle, *NetlinkXFRM, *netlink.Handle) {
 	return ns, x, h
 }
 
-// xtNeedESP skips t, printing why, when the kernel cannot do ESP+GCM.
-func xtNeedESP(t *testing.T, x XFRM) {
+// xtNeedESP skips t, printing why, when the kernel cannot do ESP+GCM; it
+// fails t instead where the VM run requires these tests (RequireEnv).
+func xtNeedESP(t *testing.T, x encryption.XFRM) {
 	t.Helper()
 	if err := x.Check(); err != nil {
-		t.Skipf("needs IPsec ESP with %s, which this kernel lacks (runs in the VM): %v", AEADName, err)
-	}
-}
-
-func sortedPolicies(p []PolicyInfo) []PolicyInfo {
-	slices.SortFunc(p, func(a, b PolicyInfo) int {
-		return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
-	})
-	return p
-}
-
-func sortedStates(s []StateInfo) []StateInfo {
-	slices.SortFunc(s, func(a, b StateInfo) int {
-		return strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
-	})
-	return s
-}
-
-func mustPolicies(t *testing.T, x XFRM, want ...PolicyInfo) {
-	t.Helper()
-	got, err := x.Policies()
-	if err != nil {
-		t.Fatalf("Policies: %v", err)
-	}
-	got, want = sortedPolicies(got), sortedPolicies(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("policies:\n got %v\nwant %v", got, want)
-	}
-}
-
-// mustStates compares states ignoring counters.
-func mustStates(t *testing.T, x XFRM, want ...StateInfo) []StateInfo {
-	t.Helper()
-	got, err := x.States()
-	if err != nil {
-		t.Fatalf("States: %v", err)
-	}
-	bare := make([]StateInfo, len(got))
-	for i, s := range got {
-		bare[i] = StateInfo{Src: s.Src, Dst: s.Dst, SPI: s.SPI}
-	}
-	bare, want = sortedStates(bare), sortedStates(want)
-	if !slices.Equal(bare, want) {
-		t.Fatalf("states:\n got %v\nwant %v", got, want)
-	}
-	return got
-}
-
-// ---- behaviour shared by the netlink implementation and the fake ----
-
-func testPolicies(t *testing.T, x XFRM) {
-	mustPolicies(t, x)
-	if err := x.SetPolicy(xtA, xtB, xtPort, 0x1001); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.SetPolicy(xtA, xtC, xtPort, 0x1002); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.BlockPolicy(xtA6, xtB6, xtPort); err != nil {
-		t.Fatal(err)
-	}
-	mustPolicies(t, x,
-		PolicyInfo{xtA, xtB, xtPort, 0x1001},
-		PolicyInfo{xtA, xtC, xtPort, 0x1002},
-		PolicyInfo{xtA6, xtB6, xtPort, 0})
-	// Rotation and unblocking replace in place; setting twice is fine.
-	for range 2 {
-		if err := x.SetPolicy(xtA, xtB, xtPort, 0x2001); err != nil {
-			t.Fatal(err)
+		if testbed.Required("netlinkxfrm") {
+			t.Fatalf("%s requires these tests, but this kernel lacks IPsec ESP with %s: %v", testbed.RequireEnv, encryption.AEADName, err)
 		}
-	}
-	if err := x.SetPolicy(xtA6, xtB6, xtPort, 0x2003); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.BlockPolicy(xtA, xtC, xtPort); err != nil {
-		t.Fatal(err)
-	}
-	mustPolicies(t, x,
-		PolicyInfo{xtA, xtB, xtPort, 0x2001},
-		PolicyInfo{xtA, xtC, xtPort, 0},
-		PolicyInfo{xtA6, xtB6, xtPort, 0x2003})
-	// Another port is another policy.
-	if err := x.SetPolicy(xtA, xtB, 4790, 0x3001); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // deleting a missing policy is fine
-		if err := x.DeletePolicy(xtA, xtB, xtPort); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustPolicies(t, x,
-		PolicyInfo{xtA, xtB, 4790, 0x3001},
-		PolicyInfo{xtA, xtC, xtPort, 0},
-		PolicyInfo{xtA6, xtB6, xtPort, 0x2003})
-	// Bad input.
-	if err := x.SetPolicy(xtA, xtB6, xtPort, 1); err == nil {
-		t.Error("SetPolicy across families succeeded")
-	}
-	if err := x.SetPolicy(xtA, xtB, xtPort, 0); err == nil {
-		t.Error("SetPolicy with SPI 0 succeeded")
-	}
-	if err := x.BlockPolicy(netip.Addr{}, xtB, xtPort); err == nil {
-		t.Error("BlockPolicy with an invalid source succeeded")
-	}
-	if err := x.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	mustPolicies(t, x)
-}
-
-func testStates(t *testing.T, x XFRM) {
-	mustStates(t, x)
-	ab, ba := xtSA(xtA, xtB, 0x1001, 1), xtSA(xtB, xtA, 0x1002, 2)
-	ab6 := xtSA(xtA6, xtB6, 0x1003, 3)
-	for _, sa := range []SA{ab, ba, ab6, ab} { // adding again is fine
-		if err := x.AddSA(sa); err != nil {
-			t.Fatalf("AddSA %v: %v", sa.Direction, err)
-		}
-	}
-	mustStates(t, x,
-		StateInfo{Src: xtA, Dst: xtB, SPI: 0x1001},
-		StateInfo{Src: xtB, Dst: xtA, SPI: 0x1002},
-		StateInfo{Src: xtA6, Dst: xtB6, SPI: 0x1003})
-	// The kernel knows states by (dst, SPI): another key or source under
-	// a used pair must not pass silently.
-	if err := x.AddSA(xtSA(xtA, xtB, 0x1001, 9)); err == nil {
-		t.Error("AddSA with another key under a used SPI succeeded")
-	}
-	if err := x.AddSA(xtSA(xtC, xtB, 0x1001, 1)); err == nil {
-		t.Error("AddSA from another source under a used SPI succeeded")
-	}
-	bad := ab
-	bad.Key = bad.Key[:16]
-	if err := x.AddSA(bad); err == nil {
-		t.Error("AddSA with a short key succeeded")
-	}
-	bad = ab
-	bad.SPI = 7
-	if err := x.AddSA(bad); err == nil {
-		t.Error("AddSA with a reserved SPI succeeded")
-	}
-	// DeleteSA of someone else's pair leaves the state; missing is fine.
-	if err := x.DeleteSA(xtC, xtB, 0x1001); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if err := x.DeleteSA(xtA, xtB, 0x1001); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustStates(t, x,
-		StateInfo{Src: xtB, Dst: xtA, SPI: 0x1002},
-		StateInfo{Src: xtA6, Dst: xtB6, SPI: 0x1003})
-	if err := x.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	mustStates(t, x)
-}
-
-// ---- the fake ----
-
-func TestFakeXFRMPolicies(t *testing.T) { testPolicies(t, NewFakeXFRM()) }
-func TestFakeXFRMStates(t *testing.T)   { testStates(t, NewFakeXFRM()) }
-
-func TestFakeXFRMFaultsAndNoESP(t *testing.T) {
-	f := NewFakeXFRM()
-	boom := errors.New("boom")
-	f.SetFault(func(op string) error {
-		if op == OpSetPolicy {
-			return boom
-		}
-		return nil
-	})
-	if err := f.SetPolicy(xtA, xtB, xtPort, 0x1001); !errors.Is(err, boom) {
-		t.Fatalf("SetPolicy with a fault: %v", err)
-	}
-	mustPolicies(t, f)
-	if err := f.BlockPolicy(xtA, xtB, xtPort); err != nil {
-		t.Fatal(err)
-	}
-	f.SetFault(nil)
-	if err := f.SetPolicy(xtA, xtB, xtPort, 0x1001); err != nil {
-		t.Fatal(err)
-	}
-	mustPolicies(t, f, PolicyInfo{xtA, xtB, xtPort, 0x1001})
-	if f.Count(xtB, 0x1001, 1, 100) {
-		t.Fatal("Count of a missing state reported true")
-	}
-	if err := f.AddSA(xtSA(xtA, xtB, 0x1001, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if !f.Count(xtB, 0x1001, 2, 300) {
-		t.Fatal("Count: state missing")
-	}
-	st := mustStates(t, f, StateInfo{Src: xtA, Dst: xtB, SPI: 0x1001})
-	if st[0].Packets != 2 || st[0].Bytes != 300 {
-		t.Fatalf("counters %+v", st[0])
-	}
-	if k, ok := f.Key(xtB, 0x1001); !ok || !bytes.Equal(k, xtKey(1)) {
-		t.Fatalf("Key: %x %v", k, ok)
-	}
-	want := []string{OpSetPolicy, OpPolicies, OpBlockPolicy, OpSetPolicy, OpPolicies, OpAddSA, OpStates}
-	if got := f.Ops(); !slices.Equal(got, want) {
-		t.Fatalf("ops %v, want %v", got, want)
-	}
-
-	f.SetCheckErr(NoESPError())
-	if err := f.Check(); !errors.Is(err, ErrNoESP) {
-		t.Fatalf("Check: %v", err)
-	}
-	if err := f.AddSA(xtSA(xtA, xtB, 0x1002, 1)); !errors.Is(err, ErrNoESP) {
-		t.Fatalf("AddSA without ESP: %v", err)
-	}
-	if err := f.BlockPolicy(xtA, xtC, xtPort); err != nil { // policies still work
-		t.Fatal(err)
+		t.Skipf("needs IPsec ESP with %s, which this kernel lacks (runs in the VM): %v", encryption.AEADName, err)
 	}
 }
 
-// ---- the netlink implementation ----
-
-func TestNetlinkXFRMCheck(t *testing.T) {
+func TestCheck(t *testing.T) {
 	_, x, h := xtNS(t)
 	err := x.Check()
 	if err == nil {
-		t.Logf("this kernel has ESP with %s", AEADName)
+		t.Logf("this kernel has ESP with %s", encryption.AEADName)
 	} else {
 		t.Logf("Check: %v", err)
-		if !errors.Is(err, ErrNoESP) {
+		if !errors.Is(err, encryption.ErrNoESP) {
 			t.Fatalf("Check failed without ErrNoESP: %v", err)
 		}
 		for _, s := range []string{
@@ -334,7 +109,7 @@ func TestNetlinkXFRMCheck(t *testing.T) {
 			}
 		}
 		// AddSA fails the same clear way.
-		if err := x.AddSA(xtSA(xtA, xtB, 0x1001, 1)); !errors.Is(err, ErrNoESP) {
+		if err := x.AddSA(xfrmtest.SA(xfrmtest.A, xfrmtest.B, 0x1001, 1)); !errors.Is(err, encryption.ErrNoESP) {
 			t.Errorf("AddSA on a kernel without ESP: %v", err)
 		}
 	}
@@ -348,20 +123,20 @@ func TestNetlinkXFRMCheck(t *testing.T) {
 	}
 }
 
-func TestNetlinkXFRMPolicies(t *testing.T) {
+func TestPolicies(t *testing.T) {
 	_, x, _ := xtNS(t)
-	testPolicies(t, x)
+	xfrmtest.Policies(t, x)
 }
 
-func TestNetlinkXFRMStates(t *testing.T) {
+func TestStates(t *testing.T) {
 	_, x, _ := xtNS(t)
 	xtNeedESP(t, x)
-	testStates(t, x)
+	xfrmtest.States(t, x)
 }
 
-// TestNetlinkXFRMPolicyFields checks what the kernel holds, field by field,
+// TestPolicyFields checks what the kernel holds, field by field,
 // and that an update keeps the policy (same index) rather than adding one.
-func TestNetlinkXFRMPolicyFields(t *testing.T) {
+func TestPolicyFields(t *testing.T) {
 	_, x, h := xtNS(t)
 	get := func() netlink.XfrmPolicy {
 		t.Helper()
@@ -383,11 +158,11 @@ func TestNetlinkXFRMPolicyFields(t *testing.T) {
 		if ones, _ := p.Dst.Mask.Size(); toAddr(p.Dst.IP) != dst || ones != bits {
 			t.Errorf("selector dst %v", p.Dst)
 		}
-		if p.Proto != unix.IPPROTO_UDP || p.DstPort != xtPort || p.SrcPort != 0 || p.Dir != netlink.XFRM_DIR_OUT ||
+		if p.Proto != unix.IPPROTO_UDP || p.DstPort != xfrmtest.Port || p.SrcPort != 0 || p.Dir != netlink.XFRM_DIR_OUT ||
 			p.Action != netlink.XFRM_POLICY_ALLOW {
 			t.Errorf("policy %v", p)
 		}
-		if p.Mark == nil || p.Mark.Value != Mark || p.Mark.Mask != 0xffffffff {
+		if p.Mark == nil || p.Mark.Value != encryption.Mark || p.Mark.Mask != 0xffffffff {
 			t.Errorf("mark %v", p.Mark)
 		}
 		if len(p.Tmpls) != 1 {
@@ -395,18 +170,18 @@ func TestNetlinkXFRMPolicyFields(t *testing.T) {
 		}
 		tm := p.Tmpls[0]
 		if toAddr(tm.Src) != src || toAddr(tm.Dst) != dst || tm.Proto != netlink.XFRM_PROTO_ESP ||
-			tm.Mode != netlink.XFRM_MODE_TRANSPORT || tm.Reqid != ReqID || uint32(tm.Spi) != spi || tm.Optional != 0 {
+			tm.Mode != netlink.XFRM_MODE_TRANSPORT || tm.Reqid != encryption.ReqID || uint32(tm.Spi) != spi || tm.Optional != 0 {
 			t.Errorf("template %v", tm)
 		}
 	}
-	for _, pr := range [][2]netip.Addr{{xtA, xtB}, {xtA6, xtB6}} {
+	for _, pr := range [][2]netip.Addr{{xfrmtest.A, xfrmtest.B}, {xfrmtest.A6, xfrmtest.B6}} {
 		src, dst := pr[0], pr[1]
-		if err := x.BlockPolicy(src, dst, xtPort); err != nil {
+		if err := x.BlockPolicy(src, dst, xfrmtest.Port); err != nil {
 			t.Fatal(err)
 		}
 		p := get()
 		check(p, src, dst, 0)
-		if err := x.SetPolicy(src, dst, xtPort, 0xABCDEF01); err != nil {
+		if err := x.SetPolicy(src, dst, xfrmtest.Port, 0xABCDEF01); err != nil {
 			t.Fatal(err)
 		}
 		q := get()
@@ -414,7 +189,7 @@ func TestNetlinkXFRMPolicyFields(t *testing.T) {
 		if q.Index != p.Index {
 			t.Errorf("update made a new policy: index %d, was %d", q.Index, p.Index)
 		}
-		if err := x.DeletePolicy(src, dst, xtPort); err != nil {
+		if err := x.DeletePolicy(src, dst, xfrmtest.Port); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -454,10 +229,10 @@ func xtRawESN(t *testing.T, ns netns.NsHandle) (esn bool, window uint32) {
 	return esn, window
 }
 
-func TestNetlinkXFRMStateFields(t *testing.T) {
+func TestStateFields(t *testing.T) {
 	ns, x, h := xtNS(t)
 	xtNeedESP(t, x)
-	sa := xtSA(xtA, xtB, 0x01020304, 5)
+	sa := xfrmtest.SA(xfrmtest.A, xfrmtest.B, 0x01020304, 5)
 	if err := x.AddSA(sa); err != nil {
 		t.Fatal(err)
 	}
@@ -466,11 +241,11 @@ func TestNetlinkXFRMStateFields(t *testing.T) {
 		t.Fatalf("states %v, %v", states, err)
 	}
 	s := states[0]
-	if toAddr(s.Src) != xtA || toAddr(s.Dst) != xtB || s.Proto != netlink.XFRM_PROTO_ESP ||
-		s.Mode != netlink.XFRM_MODE_TRANSPORT || s.Spi != 0x01020304 || s.Reqid != ReqID {
+	if toAddr(s.Src) != xfrmtest.A || toAddr(s.Dst) != xfrmtest.B || s.Proto != netlink.XFRM_PROTO_ESP ||
+		s.Mode != netlink.XFRM_MODE_TRANSPORT || s.Spi != 0x01020304 || s.Reqid != encryption.ReqID {
 		t.Errorf("state %v", s)
 	}
-	if s.Aead == nil || s.Aead.Name != AEADName || s.Aead.ICVLen != ICVBits || !bytes.Equal(s.Aead.Key, sa.Key) {
+	if s.Aead == nil || s.Aead.Name != encryption.AEADName || s.Aead.ICVLen != encryption.ICVBits || !bytes.Equal(s.Aead.Key, sa.Key) {
 		t.Errorf("aead %v", s.Aead)
 	}
 	if s.Auth != nil || s.Crypt != nil || s.Mark != nil || s.Encap != nil {
@@ -482,32 +257,32 @@ func TestNetlinkXFRMStateFields(t *testing.T) {
 		t.Errorf("legacy replay window %d, want 0 (ESN)", s.ReplayWindow)
 	}
 	esn, window := xtRawESN(t, ns)
-	if !esn || window != ReplayWindow {
-		t.Errorf("ESN flag %v, ESN replay window %d; want true, %d", esn, window, ReplayWindow)
+	if !esn || window != encryption.ReplayWindow {
+		t.Errorf("ESN flag %v, ESN replay window %d; want true, %d", esn, window, encryption.ReplayWindow)
 	}
 	if err := x.Flush(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// TestNetlinkXFRMFlushSparesOthers installs policies and (with ESP) states
+// TestFlushSparesOthers installs policies and (with ESP) states
 // that are not ours, among them Docker's mark 0xD0C4E3 on the very same
 // selector, and checks that Flush and the listings leave them alone.
-func TestNetlinkXFRMFlushSparesOthers(t *testing.T) {
+func TestFlushSparesOthers(t *testing.T) {
 	_, x, h := xtNS(t)
 	const dockerMark = 0xD0C4E3
 	sel := func(mark *netlink.XfrmMark) *netlink.XfrmPolicy {
 		return &netlink.XfrmPolicy{
-			Src: hostNet(xtA.AsSlice()), Dst: hostNet(xtB.AsSlice()),
-			Proto: unix.IPPROTO_UDP, DstPort: xtPort, Dir: netlink.XFRM_DIR_OUT, Mark: mark,
-			Tmpls: []netlink.XfrmPolicyTmpl{{Src: xtA.AsSlice(), Dst: xtB.AsSlice(),
+			Src: hostNet(xfrmtest.A.AsSlice()), Dst: hostNet(xfrmtest.B.AsSlice()),
+			Proto: unix.IPPROTO_UDP, DstPort: xfrmtest.Port, Dir: netlink.XFRM_DIR_OUT, Mark: mark,
+			Tmpls: []netlink.XfrmPolicyTmpl{{Src: xfrmtest.A.AsSlice(), Dst: xfrmtest.B.AsSlice(),
 				Proto: netlink.XFRM_PROTO_ESP, Mode: netlink.XFRM_MODE_TRANSPORT, Reqid: dockerMark}},
 		}
 	}
 	foreign := []*netlink.XfrmPolicy{
 		sel(&netlink.XfrmMark{Value: dockerMark, Mask: 0xffffffff}),
 		sel(nil),
-		sel(&netlink.XfrmMark{Value: Mark, Mask: 0xffff0000}), // our value, another mask
+		sel(&netlink.XfrmMark{Value: encryption.Mark, Mask: 0xffff0000}), // our value, another mask
 	}
 	in := sel(&netlink.XfrmMark{Value: dockerMark, Mask: 0xffffffff})
 	in.Dir = netlink.XFRM_DIR_IN
@@ -519,37 +294,37 @@ func TestNetlinkXFRMFlushSparesOthers(t *testing.T) {
 	}
 	esp := x.Check() == nil
 	if esp {
-		st := &netlink.XfrmState{Src: xtA.AsSlice(), Dst: xtB.AsSlice(), Proto: netlink.XFRM_PROTO_ESP,
+		st := &netlink.XfrmState{Src: xfrmtest.A.AsSlice(), Dst: xfrmtest.B.AsSlice(), Proto: netlink.XFRM_PROTO_ESP,
 			Mode: netlink.XFRM_MODE_TRANSPORT, Spi: 0x2222, Reqid: dockerMark,
-			Aead: &netlink.XfrmStateAlgo{Name: AEADName, Key: xtKey(7), ICVLen: 64}}
+			Aead: &netlink.XfrmStateAlgo{Name: encryption.AEADName, Key: xfrmtest.Key(7), ICVLen: 64}}
 		if err := h.XfrmStateAdd(st); err != nil {
 			t.Fatal(err)
 		}
-		if err := x.AddSA(xtSA(xtA, xtB, 0x1111, 1)); err != nil {
+		if err := x.AddSA(xfrmtest.SA(xfrmtest.A, xfrmtest.B, 0x1111, 1)); err != nil {
 			t.Fatal(err)
 		}
 		// Docker's SPI under our source: DeleteSA must not take it.
-		if err := x.DeleteSA(xtA, xtB, 0x2222); err != nil {
+		if err := x.DeleteSA(xfrmtest.A, xfrmtest.B, 0x2222); err != nil {
 			t.Fatal(err)
 		}
 	} else {
 		t.Log("no ESP here: only policies are checked")
 	}
-	if err := x.SetPolicy(xtA, xtB, xtPort, 0x1111); err != nil {
+	if err := x.SetPolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port, 0x1111); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.BlockPolicy(xtA, xtC, xtPort); err != nil {
+	if err := x.BlockPolicy(xfrmtest.A, xfrmtest.C, xfrmtest.Port); err != nil {
 		t.Fatal(err)
 	}
-	mustPolicies(t, x, PolicyInfo{xtA, xtB, xtPort, 0x1111}, PolicyInfo{xtA, xtC, xtPort, 0})
+	xfrmtest.MustPolicies(t, x, encryption.PolicyInfo{Src: xfrmtest.A, Dst: xfrmtest.B, Port: xfrmtest.Port, SPI: 0x1111}, encryption.PolicyInfo{Src: xfrmtest.A, Dst: xfrmtest.C, Port: xfrmtest.Port, SPI: 0})
 	if esp {
-		mustStates(t, x, StateInfo{Src: xtA, Dst: xtB, SPI: 0x1111})
+		xfrmtest.MustStates(t, x, encryption.StateInfo{Src: xfrmtest.A, Dst: xfrmtest.B, SPI: 0x1111})
 	}
 	if err := x.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	mustPolicies(t, x)
-	mustStates(t, x)
+	xfrmtest.MustPolicies(t, x)
+	xfrmtest.MustStates(t, x)
 	pols, err := h.XfrmPolicyList(netlink.FAMILY_ALL)
 	if err != nil {
 		t.Fatal(err)
@@ -573,17 +348,17 @@ func TestNetlinkXFRMFlushSparesOthers(t *testing.T) {
 	}
 }
 
-// TestNetlinkXFRMCurrentNamespace checks that the zero handle means the
+// TestCurrentNamespace checks that the zero handle means the
 // caller's namespace.
-func TestNetlinkXFRMCurrentNamespace(t *testing.T) {
+func TestCurrentNamespace(t *testing.T) {
 	ns, _, h := xtNS(t)
 	err := testns.Do(ns, func() error {
-		x, err := NewNetlinkXFRM(0)
+		x, err := New(0)
 		if err != nil {
 			return err
 		}
 		defer x.Close()
-		return x.BlockPolicy(xtA, xtB, xtPort)
+		return x.BlockPolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -592,12 +367,12 @@ func TestNetlinkXFRMCurrentNamespace(t *testing.T) {
 	if err != nil || len(pols) != 1 {
 		t.Fatalf("policies in the namespace: %v, %v", pols, err)
 	}
-	x, err := NewNetlinkXFRM(netns.None())
+	x, err := New(netns.None())
 	if err != nil {
 		t.Fatal(err)
 	}
 	x.Close()
-	if err := x.BlockPolicy(xtA, xtB, xtPort); err == nil {
+	if err := x.BlockPolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port); err == nil {
 		t.Fatal("a closed handle worked")
 	}
 }
@@ -606,7 +381,7 @@ func TestNetlinkXFRMCurrentNamespace(t *testing.T) {
 
 type xtLink struct {
 	nsA, nsB netns.NsHandle
-	xA, xB   *NetlinkXFRM
+	xA, xB   *XFRM
 	ifB      string
 }
 
@@ -624,7 +399,7 @@ func xtVeth(t *testing.T) *xtLink {
 		h    *netlink.Handle
 		name string
 		addr netip.Addr
-	}{{hA, "vA", xtA}, {hB, "vB", xtB}} {
+	}{{hA, "vA", xfrmtest.A}, {hB, "vB", xfrmtest.B}} {
 		l, err := c.h.LinkByName(c.name)
 		if err != nil {
 			t.Fatal(err)
@@ -683,7 +458,7 @@ func xtListen(t *testing.T, l *xtLink, port int) *xtReceiver {
 	r := &xtReceiver{}
 	var capFD int
 	err := testns.Do(l.nsB, func() error {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: xtB.AsSlice(), Port: port})
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: xfrmtest.B.AsSlice(), Port: port})
 		if err != nil {
 			return err
 		}
@@ -799,7 +574,7 @@ func xtSend(t *testing.T, l *xtLink, port int, mark uint32, payload string) erro
 				return err
 			}
 		}
-		sendErr = unix.Sendto(fd, []byte(payload), 0, &unix.SockaddrInet4{Port: port, Addr: xtB.As4()})
+		sendErr = unix.Sendto(fd, []byte(payload), 0, &unix.SockaddrInet4{Port: port, Addr: xfrmtest.B.As4()})
 		return nil
 	})
 	if err != nil {
@@ -835,13 +610,13 @@ func xtExpect(t *testing.T, r *xtReceiver, payload string, want bool) []string {
 	}
 }
 
-// TestNetlinkXFRMBlockPolicyDropsMarkedTraffic verifies on this kernel that
+// TestBlockPolicyDropsMarkedTraffic verifies on this kernel that
 // a block policy never lets marked VXLAN leave in clear: the packet is not
 // delivered and never appears on the far end of the veth, while unmarked
 // traffic and other ports pass.
-func TestNetlinkXFRMBlockPolicyDropsMarkedTraffic(t *testing.T) {
+func TestBlockPolicyDropsMarkedTraffic(t *testing.T) {
 	l := xtVeth(t)
-	r := xtListen(t, l, xtPort)
+	r := xtListen(t, l, xfrmtest.Port)
 	r2 := xtListen(t, l, 4790)
 	onWire := func(p string) bool {
 		time.Sleep(100 * time.Millisecond) // let the capture catch up
@@ -851,7 +626,7 @@ func TestNetlinkXFRMBlockPolicyDropsMarkedTraffic(t *testing.T) {
 
 	// Control: without a policy a marked packet arrives, and the capture
 	// sees it, so silence below means something.
-	if err := xtSend(t, l, xtPort, Mark, "marked-nopolicy"); err != nil {
+	if err := xtSend(t, l, xfrmtest.Port, encryption.Mark, "marked-nopolicy"); err != nil {
 		t.Fatal(err)
 	}
 	xtExpect(t, r, "marked-nopolicy", true)
@@ -859,65 +634,65 @@ func TestNetlinkXFRMBlockPolicyDropsMarkedTraffic(t *testing.T) {
 		t.Fatal("the capture does not see packets")
 	}
 
-	if err := l.xA.BlockPolicy(xtA, xtB, xtPort); err != nil {
+	if err := l.xA.BlockPolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port); err != nil {
 		t.Fatal(err)
 	}
-	err := xtSend(t, l, xtPort, Mark, "marked-blocked")
+	err := xtSend(t, l, xfrmtest.Port, encryption.Mark, "marked-blocked")
 	t.Logf("send of a blocked packet returned %v", err)
 	xtExpect(t, r, "marked-blocked", false)
 	if onWire("marked-blocked") {
 		t.Fatal("a blocked packet went out in clear")
 	}
-	if err := xtSend(t, l, xtPort, 0, "unmarked"); err != nil {
+	if err := xtSend(t, l, xfrmtest.Port, 0, "unmarked"); err != nil {
 		t.Fatal(err)
 	}
 	xtExpect(t, r, "unmarked", true)
-	if err := xtSend(t, l, xtPort, Mark^1, "othermark"); err != nil {
+	if err := xtSend(t, l, xfrmtest.Port, encryption.Mark^1, "othermark"); err != nil {
 		t.Fatal(err)
 	}
 	xtExpect(t, r, "othermark", true)
-	if err := xtSend(t, l, 4790, Mark, "otherport"); err != nil {
+	if err := xtSend(t, l, 4790, encryption.Mark, "otherport"); err != nil {
 		t.Fatal(err)
 	}
 	xtExpect(t, r2, "otherport", true)
 
 	// A policy naming an SPI with no SA drops as well.
-	if err := l.xA.SetPolicy(xtA, xtB, xtPort, 0x4242); err != nil {
+	if err := l.xA.SetPolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port, 0x4242); err != nil {
 		t.Fatal(err)
 	}
-	_ = xtSend(t, l, xtPort, Mark, "marked-nosa")
+	_ = xtSend(t, l, xfrmtest.Port, encryption.Mark, "marked-nosa")
 	xtExpect(t, r, "marked-nosa", false)
 	if onWire("marked-nosa") {
 		t.Fatal("a packet for a missing SA went out in clear")
 	}
 
-	if err := l.xA.DeletePolicy(xtA, xtB, xtPort); err != nil {
+	if err := l.xA.DeletePolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port); err != nil {
 		t.Fatal(err)
 	}
-	if err := xtSend(t, l, xtPort, Mark, "marked-deleted"); err != nil {
+	if err := xtSend(t, l, xfrmtest.Port, encryption.Mark, "marked-deleted"); err != nil {
 		t.Fatal(err)
 	}
 	xtExpect(t, r, "marked-deleted", true)
 }
 
-// TestNetlinkXFRMEncrypts (ESP kernels only) sends marked UDP through an
+// TestEncrypts (ESP kernels only) sends marked UDP through an
 // SA pair: it arrives, only ESP is on the wire, and both SAs count it.
-func TestNetlinkXFRMEncrypts(t *testing.T) {
+func TestEncrypts(t *testing.T) {
 	l := xtVeth(t)
 	xtNeedESP(t, l.xA)
-	r := xtListen(t, l, xtPort)
-	sa := xtSA(xtA, xtB, 0x5001, 4)
-	for _, x := range []*NetlinkXFRM{l.xA, l.xB} {
+	r := xtListen(t, l, xfrmtest.Port)
+	sa := xfrmtest.SA(xfrmtest.A, xfrmtest.B, 0x5001, 4)
+	for _, x := range []*XFRM{l.xA, l.xB} {
 		if err := x.AddSA(sa); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.xA.SetPolicy(xtA, xtB, xtPort, sa.SPI); err != nil {
+	if err := l.xA.SetPolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port, sa.SPI); err != nil {
 		t.Fatal(err)
 	}
 	var err error
 	for i := range 20 { // the first packet may wait for crypto self-tests
-		if err = xtSend(t, l, xtPort, Mark, "secret"); err == nil {
+		if err = xtSend(t, l, xfrmtest.Port, encryption.Mark, "secret"); err == nil {
 			break
 		}
 		t.Logf("send %d: %v", i, err)
@@ -932,23 +707,23 @@ func TestNetlinkXFRMEncrypts(t *testing.T) {
 	if slices.Contains(wire, "udp:secret") || !slices.Contains(wire, "esp") {
 		t.Fatalf("wire saw %q, want ESP only", wire)
 	}
-	for name, x := range map[string]*NetlinkXFRM{"A": l.xA, "B": l.xB} {
-		st := mustStates(t, x, StateInfo{Src: xtA, Dst: xtB, SPI: 0x5001})
+	for name, x := range map[string]*XFRM{"A": l.xA, "B": l.xB} {
+		st := xfrmtest.MustStates(t, x, encryption.StateInfo{Src: xfrmtest.A, Dst: xfrmtest.B, SPI: 0x5001})
 		if st[0].Packets == 0 || st[0].Bytes == 0 {
 			t.Errorf("%s: SA counters did not move: %+v", name, st[0])
 		}
 	}
 	// Rotation: a new SA and the policy switched in place keep it flowing.
-	sa2 := xtSA(xtA, xtB, 0x5002, 6)
-	for _, x := range []*NetlinkXFRM{l.xA, l.xB} {
+	sa2 := xfrmtest.SA(xfrmtest.A, xfrmtest.B, 0x5002, 6)
+	for _, x := range []*XFRM{l.xA, l.xB} {
 		if err := x.AddSA(sa2); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.xA.SetPolicy(xtA, xtB, xtPort, sa2.SPI); err != nil {
+	if err := l.xA.SetPolicy(xfrmtest.A, xfrmtest.B, xfrmtest.Port, sa2.SPI); err != nil {
 		t.Fatal(err)
 	}
-	if err := xtSend(t, l, xtPort, Mark, "rotated"); err != nil {
+	if err := xtSend(t, l, xfrmtest.Port, encryption.Mark, "rotated"); err != nil {
 		t.Fatal(err)
 	}
 	xtExpect(t, r, "rotated", true)

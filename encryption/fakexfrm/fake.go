@@ -1,4 +1,7 @@
-package encryption
+// Package fakexfrm is an in-memory encryption.XFRM for tests: it keeps the
+// states and policies the netlink implementation would install, with the
+// same rules, and can fail any operation or play a kernel without ESP.
+package fakexfrm
 
 import (
 	"bytes"
@@ -8,9 +11,11 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/overlay-plugin/overlay-plugin/encryption"
 )
 
-// Operation names passed to a FakeXFRM's fault function.
+// Operation names passed to an XFRM's fault function.
 const (
 	OpCheck        = "Check"
 	OpAddSA        = "AddSA"
@@ -23,13 +28,13 @@ const (
 	OpFlush        = "Flush"
 )
 
-// FakeXFRM is an in-memory XFRM for tests. It applies the rules of the
+// XFRM is an in-memory encryption.XFRM. It applies the rules of the
 // netlink implementation: states are identified by (dst, SPI), adding the
 // same SA again is a no-op and a different SA under a used (dst, SPI) is an
 // error; policies are identified by (src, dst, port) and replaced in place;
 // deleting what is missing is fine. A fault function can fail any
 // operation, and CheckErr simulates a kernel without ESP.
-type FakeXFRM struct {
+type XFRM struct {
 	// CheckErr, when set, is what Check and AddSA return, as a kernel
 	// lacking ESP or GCM would: set it to NoESPError() (or any error)
 	// before the fake is shared, or later with SetCheckErr.
@@ -39,52 +44,52 @@ type FakeXFRM struct {
 	// with it held and must not call back into the fake.
 	mu       sync.Mutex
 	fault    func(op string) error
-	states   map[fakeStateKey]fakeState
-	policies map[fakePolicyKey]uint32 // SPI, 0 for a blocking policy
+	states   map[stateKey]state
+	policies map[policyKey]uint32 // SPI, 0 for a blocking policy
 	ops      []string
 }
 
-type fakeStateKey struct {
+type stateKey struct {
 	dst netip.Addr
 	spi uint32
 }
 
-type fakeState struct {
-	info StateInfo
+type state struct {
+	info encryption.StateInfo
 	key  []byte
 }
 
-type fakePolicyKey struct {
+type policyKey struct {
 	src, dst netip.Addr
 	port     uint16
 }
 
-var _ XFRM = (*FakeXFRM)(nil)
+var _ encryption.XFRM = (*XFRM)(nil)
 
-// NewFakeXFRM returns an empty fake that supports ESP.
-func NewFakeXFRM() *FakeXFRM {
-	return &FakeXFRM{
-		states:   map[fakeStateKey]fakeState{},
-		policies: map[fakePolicyKey]uint32{},
+// New returns an empty fake that supports ESP.
+func New() *XFRM {
+	return &XFRM{
+		states:   map[stateKey]state{},
+		policies: map[policyKey]uint32{},
 	}
 }
 
 // NoESPError is the error a kernel without ESP/GCM gives, for CheckErr.
 func NoESPError() error {
-	return fmt.Errorf("%w: load esp4/esp6 and gcm modules or use a kernel that has them: fake kernel", ErrNoESP)
+	return fmt.Errorf("%w: load esp4/esp6 and gcm modules or use a kernel that has them: fake kernel", encryption.ErrNoESP)
 }
 
 // SetFault installs f, called with the operation's name (the Op*
 // constants) before each operation; a non-nil result fails the operation
 // with that error and changes nothing. nil removes the fault.
-func (f *FakeXFRM) SetFault(fn func(op string) error) {
+func (f *XFRM) SetFault(fn func(op string) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fault = fn
 }
 
 // begin records op and consults the fault function. Called with mu held.
-func (f *FakeXFRM) begin(op string) error {
+func (f *XFRM) begin(op string) error {
 	f.ops = append(f.ops, op)
 	if f.fault != nil {
 		return f.fault(op)
@@ -93,33 +98,33 @@ func (f *FakeXFRM) begin(op string) error {
 }
 
 // SetCheckErr sets CheckErr safely while other goroutines use the fake.
-func (f *FakeXFRM) SetCheckErr(err error) {
+func (f *XFRM) SetCheckErr(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.CheckErr = err
 }
 
 // Ops returns the names of the operations called so far, in order.
-func (f *FakeXFRM) Ops() []string {
+func (f *XFRM) Ops() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.ops)
 }
 
 // Key returns a copy of the key of state (dst, spi), if installed.
-func (f *FakeXFRM) Key(dst netip.Addr, spi uint32) ([]byte, bool) {
+func (f *XFRM) Key(dst netip.Addr, spi uint32) ([]byte, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.states[fakeStateKey{dst.Unmap(), spi}]
+	s, ok := f.states[stateKey{dst.Unmap(), spi}]
 	return bytes.Clone(s.key), ok
 }
 
 // Count adds traffic to the counters of state (dst, spi), as the kernel
 // would when packets use it. It reports whether the state exists.
-func (f *FakeXFRM) Count(dst netip.Addr, spi uint32, packets, bytes uint64) bool {
+func (f *XFRM) Count(dst netip.Addr, spi uint32, packets, bytes uint64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := fakeStateKey{dst.Unmap(), spi}
+	k := stateKey{dst.Unmap(), spi}
 	s, ok := f.states[k]
 	if ok {
 		s.info.Packets += packets
@@ -129,7 +134,7 @@ func (f *FakeXFRM) Count(dst netip.Addr, spi uint32, packets, bytes uint64) bool
 	return ok
 }
 
-func fakePair(src, dst netip.Addr) (netip.Addr, netip.Addr, error) {
+func pair(src, dst netip.Addr) (netip.Addr, netip.Addr, error) {
 	src, dst = src.Unmap(), dst.Unmap()
 	if !src.IsValid() || !dst.IsValid() {
 		return src, dst, fmt.Errorf("xfrm: invalid address pair %v -> %v", src, dst)
@@ -141,7 +146,7 @@ func fakePair(src, dst netip.Addr) (netip.Addr, netip.Addr, error) {
 }
 
 // Check returns CheckErr.
-func (f *FakeXFRM) Check() error {
+func (f *XFRM) Check() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpCheck); err != nil {
@@ -151,7 +156,7 @@ func (f *FakeXFRM) Check() error {
 }
 
 // AddSA records sa.
-func (f *FakeXFRM) AddSA(sa SA) error {
+func (f *XFRM) AddSA(sa encryption.SA) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpAddSA); err != nil {
@@ -160,17 +165,17 @@ func (f *FakeXFRM) AddSA(sa SA) error {
 	if f.CheckErr != nil {
 		return fmt.Errorf("xfrm: add SA %v spi %#x: %w", sa.Direction, sa.SPI, f.CheckErr)
 	}
-	src, dst, err := fakePair(sa.Src, sa.Dst)
+	src, dst, err := pair(sa.Src, sa.Dst)
 	if err != nil {
 		return err
 	}
-	if len(sa.Key) != KeyLen {
-		return fmt.Errorf("xfrm: SA %v: key is %d bytes, want %d", sa.Direction, len(sa.Key), KeyLen)
+	if len(sa.Key) != encryption.KeyLen {
+		return fmt.Errorf("xfrm: SA %v: key is %d bytes, want %d", sa.Direction, len(sa.Key), encryption.KeyLen)
 	}
 	if sa.SPI < 256 {
 		return fmt.Errorf("xfrm: SA %v: SPI %#x is reserved", sa.Direction, sa.SPI)
 	}
-	k := fakeStateKey{dst, sa.SPI}
+	k := stateKey{dst, sa.SPI}
 	if old, ok := f.states[k]; ok {
 		if old.info.Src != src || !bytes.Equal(old.key, sa.Key) {
 			return fmt.Errorf("xfrm: SA %v: SPI %#x to %v is already used by another state (src %v)",
@@ -178,47 +183,47 @@ func (f *FakeXFRM) AddSA(sa SA) error {
 		}
 		return nil
 	}
-	f.states[k] = fakeState{info: StateInfo{Src: src, Dst: dst, SPI: sa.SPI}, key: bytes.Clone(sa.Key)}
+	f.states[k] = state{info: encryption.StateInfo{Src: src, Dst: dst, SPI: sa.SPI}, key: bytes.Clone(sa.Key)}
 	return nil
 }
 
 // DeleteSA forgets state (dst, spi) if its source is src.
-func (f *FakeXFRM) DeleteSA(src, dst netip.Addr, spi uint32) error {
+func (f *XFRM) DeleteSA(src, dst netip.Addr, spi uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpDeleteSA); err != nil {
 		return err
 	}
-	src, dst, err := fakePair(src, dst)
+	src, dst, err := pair(src, dst)
 	if err != nil {
 		return err
 	}
-	k := fakeStateKey{dst, spi}
+	k := stateKey{dst, spi}
 	if s, ok := f.states[k]; ok && s.info.Src == src {
 		delete(f.states, k)
 	}
 	return nil
 }
 
-func (f *FakeXFRM) setPolicy(op string, src, dst netip.Addr, port uint16, spi uint32) error {
+func (f *XFRM) setPolicy(op string, src, dst netip.Addr, port uint16, spi uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(op); err != nil {
 		return err
 	}
-	src, dst, err := fakePair(src, dst)
+	src, dst, err := pair(src, dst)
 	if err != nil {
 		return err
 	}
 	if port == 0 {
 		return errors.New("xfrm: policy needs a destination port")
 	}
-	f.policies[fakePolicyKey{src, dst, port}] = spi
+	f.policies[policyKey{src, dst, port}] = spi
 	return nil
 }
 
 // SetPolicy records the policy src→dst:port with spi.
-func (f *FakeXFRM) SetPolicy(src, dst netip.Addr, port uint16, spi uint32) error {
+func (f *XFRM) SetPolicy(src, dst netip.Addr, port uint16, spi uint32) error {
 	if spi == 0 {
 		return errors.New("xfrm: SetPolicy needs an SPI (BlockPolicy blocks)")
 	}
@@ -226,37 +231,37 @@ func (f *FakeXFRM) SetPolicy(src, dst netip.Addr, port uint16, spi uint32) error
 }
 
 // BlockPolicy records the policy src→dst:port with SPI 0.
-func (f *FakeXFRM) BlockPolicy(src, dst netip.Addr, port uint16) error {
+func (f *XFRM) BlockPolicy(src, dst netip.Addr, port uint16) error {
 	return f.setPolicy(OpBlockPolicy, src, dst, port, 0)
 }
 
 // DeletePolicy forgets the policy src→dst:port.
-func (f *FakeXFRM) DeletePolicy(src, dst netip.Addr, port uint16) error {
+func (f *XFRM) DeletePolicy(src, dst netip.Addr, port uint16) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpDeletePolicy); err != nil {
 		return err
 	}
-	src, dst, err := fakePair(src, dst)
+	src, dst, err := pair(src, dst)
 	if err != nil {
 		return err
 	}
-	delete(f.policies, fakePolicyKey{src, dst, port})
+	delete(f.policies, policyKey{src, dst, port})
 	return nil
 }
 
 // States lists the recorded states, sorted by destination then SPI.
-func (f *FakeXFRM) States() ([]StateInfo, error) {
+func (f *XFRM) States() ([]encryption.StateInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpStates); err != nil {
 		return nil, err
 	}
-	var out []StateInfo
+	var out []encryption.StateInfo
 	for _, s := range f.states {
 		out = append(out, s.info)
 	}
-	slices.SortFunc(out, func(a, b StateInfo) int {
+	slices.SortFunc(out, func(a, b encryption.StateInfo) int {
 		if c := a.Dst.Compare(b.Dst); c != 0 {
 			return c
 		}
@@ -266,17 +271,17 @@ func (f *FakeXFRM) States() ([]StateInfo, error) {
 }
 
 // Policies lists the recorded policies, sorted by source, destination, port.
-func (f *FakeXFRM) Policies() ([]PolicyInfo, error) {
+func (f *XFRM) Policies() ([]encryption.PolicyInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpPolicies); err != nil {
 		return nil, err
 	}
-	var out []PolicyInfo
+	var out []encryption.PolicyInfo
 	for k, spi := range f.policies {
-		out = append(out, PolicyInfo{Src: k.src, Dst: k.dst, Port: k.port, SPI: spi})
+		out = append(out, encryption.PolicyInfo{Src: k.src, Dst: k.dst, Port: k.port, SPI: spi})
 	}
-	slices.SortFunc(out, func(a, b PolicyInfo) int {
+	slices.SortFunc(out, func(a, b encryption.PolicyInfo) int {
 		if c := a.Src.Compare(b.Src); c != 0 {
 			return c
 		}
@@ -289,7 +294,7 @@ func (f *FakeXFRM) Policies() ([]PolicyInfo, error) {
 }
 
 // Flush forgets every state and policy.
-func (f *FakeXFRM) Flush() error {
+func (f *XFRM) Flush() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.begin(OpFlush); err != nil {
