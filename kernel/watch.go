@@ -48,8 +48,8 @@ func (n *Netlink) Watch(ctx context.Context, name string) (<-chan Event, error) 
 	}
 	// Our own programming's echoes agree with the driver by construction;
 	// neighbour events carry the socket that made the change, so the
-	// kernel drops those of the Program socket. (The VXLAN FDB's events
-	// carry none.)
+	// kernel drops those of the Program socket. The VXLAN FDB's events
+	// carry none: those Program expects are dropped here (echoes.go).
 	rc, err := c.SyscallConn()
 	if err == nil {
 		err = dropPortID(rc, sb.pipe.portid)
@@ -59,6 +59,7 @@ func (n *Netlink) Watch(ctx context.Context, name string) (<-chan Event, error) 
 		return nil, fmt.Errorf("watch sandbox %q: %w", name, err)
 	}
 	r := newBatchReader(rc)
+	echoes := &sb.pipe.echoes
 	q := newEventQueue(ctx)
 	go func() {
 		defer q.close()
@@ -71,7 +72,8 @@ func (n *Netlink) Watch(ctx context.Context, name string) (<-chan Event, error) 
 				return
 			}
 			for m := range messages(dgram) {
-				if e, ok := parseEvent(m.typ, m.data, &vxIndex); ok {
+				e, ok := parseEvent(m.typ, m.data, &vxIndex)
+				if ok && !(e.Kind == EventFDB && echoes.seen(vxIndex, &e.FDB, e.Deleted)) {
 					q.push(e)
 				}
 			}

@@ -1,0 +1,125 @@
+package kernel_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
+)
+
+// TestWatchDropsOwnEchoes: what Program changes is not reported back, and
+// an outside change of the same entries is, whichever came first in the
+// kernel, and also after a request whose echo never came (a no-op).
+func TestWatchDropsOwnEchoes(t *testing.T) {
+	hst := newHost(t)
+	const sb = "echo"
+	must(t, hst.k.CreateSandbox(spec(sb, 304, "198.51.100.1")))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := hst.k.Watch(ctx, sb)
+	must(t, err)
+	v1 := netip.MustParseAddr("198.51.100.2")
+	mac := func(i int) hwaddr.MAC { return hwaddr.MAC{0x02, 0x42, 0, 0, 0, byte(i)} }
+	fdb := func(i int) kernel.FDBEntry { return kernel.FDBEntry{MAC: mac(i), VTEP: v1} }
+	program := func(ops ...kernel.EntryOp) {
+		t.Helper()
+		for i, err := range hst.k.Program(sb, ops) {
+			if err != nil {
+				t.Fatalf("%v: %v", ops[i], err)
+			}
+		}
+	}
+	add := func(i int) kernel.EntryOp { return kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: fdb(i)} }
+	outside := func(args ...string) { t.Helper(); hst.inSandbox(t, sb, args...) }
+	// events returns the entry events the watch reports until an outside
+	// marker entry (device events are not at issue here).
+	marker := 100
+	events := func() []kernel.Event {
+		t.Helper()
+		marker++
+		m := mac(marker)
+		outside("bridge", "fdb", "add", m.String(), "dev", kernel.VXLANName, "dst", "198.51.100.9", "self", "permanent")
+		var got []kernel.Event
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case e := <-ch:
+				if e.Kind == kernel.EventFDB && e.FDB.MAC == m {
+					return got
+				}
+				if e.Kind == kernel.EventFDB || e.Kind == kernel.EventNeighbor {
+					got = append(got, e)
+				}
+			case <-timeout:
+				t.Fatalf("no marker event; got %v", got)
+			}
+		}
+	}
+	has := func(evs []kernel.Event, want kernel.Event) bool {
+		for _, e := range evs {
+			if e == want {
+				return true
+			}
+		}
+		return false
+	}
+	fdbEvent := func(e kernel.FDBEntry, deleted bool) kernel.Event {
+		return kernel.Event{Kind: kernel.EventFDB, FDB: e, Deleted: deleted}
+	}
+	static := func(e kernel.FDBEntry) kernel.FDBEntry { e.NotPermanent = true; return e }
+	ip := netip.MustParseAddr("10.0.0.1")
+
+	// Ours, then outside changes of the same entries.
+	program(kernel.EntryOp{Kind: kernel.OpSetNeighbor, Neighbor: kernel.Neighbor{IP: ip, MAC: mac(1)}},
+		add(1), kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{VTEP: v1}})
+	if evs := events(); len(evs) != 0 {
+		t.Errorf("Program's own changes were reported: %v", evs)
+	}
+	program(add(2), add(3))
+	outside("bridge", "fdb", "replace", mac(2).String(), "dev", kernel.VXLANName, "dst", v1.String(), "self", "static")
+	outside("bridge", "fdb", "del", mac(3).String(), "dev", kernel.VXLANName, "dst", v1.String(), "self")
+	outside("ip", "neigh", "replace", ip.String(), "lladdr", mac(1).String(), "dev", kernel.VXLANName, "nud", "noarp")
+	evs := events()
+	for _, want := range []kernel.Event{fdbEvent(static(fdb(2)), false), fdbEvent(fdb(3), true),
+		{Kind: kernel.EventNeighbor, Neighbor: kernel.Neighbor{IP: ip, MAC: mac(1), NotPermanent: true}}} {
+		if !has(evs, want) {
+			t.Errorf("outside change after ours not reported: %+v; got %v", want, evs)
+		}
+	}
+	if has(evs, fdbEvent(fdb(2), false)) || has(evs, fdbEvent(fdb(3), false)) {
+		t.Errorf("our echoes reported: %v", evs)
+	}
+
+	// Outside first, then ours.
+	outside("bridge", "fdb", "add", mac(4).String(), "dev", kernel.VXLANName, "dst", v1.String(), "self", "static")
+	program(add(4))
+	if evs := events(); !has(evs, fdbEvent(static(fdb(4)), false)) {
+		t.Errorf("outside change before ours not reported: %v", evs)
+	}
+
+	// A no-op request leaves a record its echo never consumes; our delete
+	// replaces it, so the entry made again from outside is reported.
+	program(add(5))
+	program(add(5)) // no change: no echo
+	program(kernel.EntryOp{Kind: kernel.OpDeleteFDB, FDB: fdb(5)})
+	if evs := events(); len(evs) != 0 {
+		t.Errorf("Program's own changes were reported: %v", evs)
+	}
+	outside("bridge", "fdb", "add", mac(5).String(), "dev", kernel.VXLANName, "dst", v1.String(), "self", "permanent")
+	if evs := events(); !has(evs, fdbEvent(fdb(5), false)) {
+		t.Errorf("outside add after our delete not reported: %v", evs)
+	}
+
+	// A failed request leaves no record.
+	if errs := hst.k.Program(sb, []kernel.EntryOp{{Kind: kernel.OpDeleteFDB, FDB: fdb(6)}}); errs == nil {
+		t.Fatal("deleting a missing entry succeeded")
+	}
+	outside("bridge", "fdb", "add", mac(6).String(), "dev", kernel.VXLANName, "dst", v1.String(), "self", "permanent")
+	outside("bridge", "fdb", "del", mac(6).String(), "dev", kernel.VXLANName, "dst", v1.String(), "self")
+	if evs := events(); !has(evs, fdbEvent(fdb(6), true)) {
+		t.Errorf("outside delete after our failed one not reported: %v", evs)
+	}
+}
