@@ -2,7 +2,13 @@ package kernel_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,4 +128,70 @@ func TestWatchDropsOwnEchoes(t *testing.T) {
 	if evs := events(); !has(evs, fdbEvent(fdb(6), true)) {
 		t.Errorf("outside delete after our failed one not reported: %v", evs)
 	}
+}
+
+// TestWatchEchoRace: Program and an outside `bridge -batch` change the
+// same entries at once (ours permanent, theirs static). Wherever the
+// outside change was the last, the last event reported for the entry
+// must be it: our echo never hides it.
+func TestWatchEchoRace(t *testing.T) {
+	hst := newHost(t)
+	const sb = "race"
+	must(t, hst.k.CreateSandbox(spec(sb, 305, "198.51.100.1")))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := hst.k.Watch(ctx, sb)
+	must(t, err)
+	v1 := netip.MustParseAddr("198.51.100.2")
+	const n = 300
+	var ops []kernel.EntryOp
+	var batch strings.Builder
+	for i := range n {
+		m := hwaddr.MAC{0x02, 0x42, 0, 0, byte(i >> 8), byte(i)}
+		ops = append(ops, kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{MAC: m, VTEP: v1}})
+		fmt.Fprintf(&batch, "fdb replace %s dev %s dst %s self static\n", m, kernel.VXLANName, v1)
+	}
+	file := filepath.Join(t.TempDir(), "batch")
+	must(t, os.WriteFile(file, []byte(batch.String()), 0o644))
+	var wg sync.WaitGroup
+	wg.Go(func() { hst.inSandbox(t, sb, "bridge", "-batch", file) })
+	for range 3 {
+		if errs := hst.k.Program(sb, ops); errs != nil {
+			t.Fatal(errors.Join(errs...))
+		}
+	}
+	wg.Wait()
+	marker := hwaddr.MAC{0x02, 0x42, 0xff, 0, 0, 1}
+	hst.inSandbox(t, sb, "bridge", "fdb", "add", marker.String(), "dev", kernel.VXLANName, "dst", v1.String(), "self", "permanent")
+	last := map[hwaddr.MAC]kernel.Event{}
+	timeout := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case e := <-ch:
+			switch {
+			case e.Kind == kernel.EventLost:
+				t.Skip("the watch lost events; nothing to compare")
+			case e.Kind != kernel.EventFDB:
+			case e.FDB.MAC == marker:
+				done = true
+			default:
+				last[e.FDB.MAC] = e
+			}
+		case <-timeout:
+			t.Fatal("no marker event")
+		}
+	}
+	fdb, err := hst.k.FDB(sb)
+	must(t, err)
+	outsideLast := 0
+	for _, e := range fdb {
+		if !e.NotPermanent {
+			continue
+		}
+		outsideLast++
+		if got := last[e.MAC]; got.Deleted || !got.FDB.NotPermanent {
+			t.Errorf("%s: static from outside last, but the last event reported was %+v", e.MAC, got)
+		}
+	}
+	t.Logf("%d of %d entries were static from outside last", outsideLast, n)
 }
