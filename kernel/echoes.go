@@ -14,7 +14,10 @@ package kernel
 // is reported either way. A record whose echo never comes (a no-op
 // replace, a lost event) is stale; it still only says what the driver
 // wanted the entry to be when it last programmed it, and the next
-// request for the entry replaces it.
+// request for the entry replaces it. Only the last request's outcome is
+// kept: while requests of different outcome for one entry are in flight
+// together (delete and re-add), the earlier echo is reported, which
+// costs a pass of the reconciler, not correctness.
 
 import (
 	"net/netip"
