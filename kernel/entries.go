@@ -216,39 +216,6 @@ func (sb *sandbox) hasFDB(idx int, mac hwaddr.MAC, vtep netip.Addr) (bool, error
 	return slices.ContainsFunc(entries, func(e FDBEntry) bool { return e.MAC == mac && e.VTEP == vtep }), nil
 }
 
-// neighborOf converts a neighbour message about the device idx into a
-// Neighbor; ok is false for other devices, proxy entries and, unless
-// deleted, entries without a MAC (incomplete or failed ones: never ours).
-// The kernel may announce a deletion without the MAC.
-func neighborOf(nb *netlink.Neigh, idx int, deleted bool) (_ Neighbor, ok bool) {
-	if nb.LinkIndex != idx || nb.Flags&netlink.NTF_PROXY != 0 {
-		return Neighbor{}, false
-	}
-	ip, ok := netip.AddrFromSlice(nb.IP)
-	mac, okMAC := hwaddr.FromHardwareAddr(nb.HardwareAddr)
-	if !ok || !okMAC && !deleted {
-		return Neighbor{}, false
-	}
-	return Neighbor{IP: ip.Unmap(), MAC: mac, NotPermanent: nb.State&netlink.NUD_PERMANENT == 0}, true
-}
-
-// fdbOf converts an AF_BRIDGE neighbour message about the device idx into
-// an FDBEntry. The VXLAN driver's own entries carry NTF_SELF; the bridge's
-// view of the port (NTF_MASTER) and entries without a remote are not
-// ours. NOARP ("static") entries are, as `bridge fdb add ... self static`
-// makes them: they steer traffic as well as ours.
-func fdbOf(nb *netlink.Neigh, idx int) (_ FDBEntry, ok bool) {
-	if nb.LinkIndex != idx || nb.Flags&netlink.NTF_SELF == 0 || nb.Flags&netlink.NTF_MASTER != 0 || nb.IP == nil {
-		return FDBEntry{}, false
-	}
-	vtep, ok := netip.AddrFromSlice(nb.IP)
-	mac, okMAC := hwaddr.FromHardwareAddr(nb.HardwareAddr)
-	if !ok || !okMAC {
-		return FDBEntry{}, false
-	}
-	return FDBEntry{MAC: mac, VTEP: vtep.Unmap(), NotPermanent: nb.State&netlink.NUD_PERMANENT == 0}, true
-}
-
 // Neighbors implements Kernel.
 func (n *Netlink) Neighbors(sandboxName string) ([]Neighbor, error) {
 	sb, idx, err := n.vxlan(sandboxName, true)
@@ -263,7 +230,8 @@ func (n *Netlink) Neighbors(sandboxName string) ([]Neighbor, error) {
 			return nil, fmt.Errorf("list neighbours in sandbox %q: %w", sandboxName, err)
 		}
 		for i := range list {
-			if nb, ok := neighborOf(&list[i], idx, false); ok {
+			m := neighMsgOf(&list[i])
+			if nb, ok := m.neighbor(idx, false); ok {
 				out = append(out, nb)
 			}
 		}
@@ -293,7 +261,8 @@ func (sb *sandbox) listFDB(idx int) ([]FDBEntry, error) {
 	}
 	var out []FDBEntry
 	for i := range list {
-		if e, ok := fdbOf(&list[i], idx); ok {
+		m := neighMsgOf(&list[i])
+		if e, ok := m.fdb(idx); ok {
 			out = append(out, e)
 		}
 	}

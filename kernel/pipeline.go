@@ -35,6 +35,8 @@ type pipeline struct {
 	// portid is the socket's netlink address: the events of the changes
 	// it makes carry it (Watch).
 	portid uint32
+	// echoes are the FDB events Program's requests will cause.
+	echoes echoes
 
 	mu  sync.Mutex
 	s   *nl.NetlinkSocket
@@ -80,6 +82,8 @@ const (
 	OpAddFDB
 	OpDeleteFDB
 )
+
+func isFDBOp(k EntryOpKind) bool { return k == OpAddFDB || k == OpDeleteFDB }
 
 // EntryOp is one change for Program: Neighbor for the neighbour kinds (a
 // delete uses only its IP), FDB for the FDB kinds.
@@ -146,20 +150,32 @@ func (p *pipeline) program(idx int, ops []EntryOp) []error {
 		base := p.seq + 1
 		p.seq += uint32(len(win))
 		sent := 0
+		// Recorded before they are sent: the echo may be read at once.
+		p.echoes.mu.Lock()
 		for i := range win {
 			if err := p.encode(idx, &win[i], base+uint32(i)); err != nil {
 				fail(start+i, err)
 				continue
 			}
+			if isFDBOp(win[i].Kind) {
+				p.echoes.expect(idx, &win[i])
+			}
 			sent++
 		}
+		p.echoes.mu.Unlock()
 		if sent == 0 {
 			continue
 		}
-		if err := p.exchange(base, win, sent, func(i int, err error) { fail(start+i, err) }); err != nil {
+		failWin := func(i int, err error) {
+			fail(start+i, err)
+			if isFDBOp(win[i].Kind) {
+				p.echoes.forget(idx, &win[i])
+			}
+		}
+		if err := p.exchange(base, win, sent, failWin); err != nil {
 			for i := range win {
 				if errs == nil || errs[start+i] == nil {
-					fail(start+i, err)
+					failWin(i, err)
 				}
 			}
 		}

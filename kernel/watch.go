@@ -47,35 +47,47 @@ func (n *Netlink) Watch(ctx context.Context, name string) (<-chan Event, error) 
 		vxIndex = l.Attrs().Index
 	}
 	// Our own programming's echoes agree with the driver by construction;
-	// neighbour events carry the socket that made the change, so those
-	// of the Program socket are dropped unparsed. (The VXLAN FDB's
-	// events carry none.)
-	own := sb.pipe.portid
+	// neighbour events carry the socket that made the change, so the
+	// kernel drops those of the Program socket. The VXLAN FDB's events
+	// carry none: those Program expects are dropped here (echoes.go).
+	rc, err := c.SyscallConn()
+	if err == nil {
+		err = dropPortID(rc, sb.pipe.portid)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("watch sandbox %q: %w", name, err)
+	}
+	r := newBatchReader(rc)
+	echoes := &sb.pipe.echoes
 	q := newEventQueue(ctx)
 	go func() {
 		defer q.close()
 		stop := context.AfterFunc(ctx, func() { c.Close() })
 		defer stop()
 		defer c.Close()
+		each := func(dgram []byte, truncated bool) {
+			if truncated {
+				q.lost()
+				return
+			}
+			for m := range messages(dgram) {
+				e, ok := parseEvent(m.typ, m.data, &vxIndex)
+				if ok && !(e.Kind == EventFDB && echoes.seen(vxIndex, &e.FDB, e.Deleted)) {
+					q.push(e)
+				}
+			}
+		}
 		for {
-			msgs, err := c.Receive()
+			err := r.read(each)
 			if ctx.Err() != nil {
 				return
 			}
-			if err != nil {
+			if err != nil && !errors.Is(err, unix.EINTR) {
 				// ENOBUFS: the socket overflowed, it still works.
 				q.lost()
 				if !errors.Is(err, unix.ENOBUFS) {
 					return
-				}
-				continue
-			}
-			for _, m := range msgs {
-				if own != 0 && m.Header.PID == own {
-					continue
-				}
-				if e, ok := parseEvent(uint16(m.Header.Type), m.Data, &vxIndex); ok {
-					q.push(e)
 				}
 			}
 		}
@@ -211,16 +223,16 @@ func parseEvent(typ uint16, data []byte, vxIndex *int) (_ Event, ok bool) {
 		if *vxIndex == 0 {
 			return Event{}, false // the device's own events say it all
 		}
-		nb, err := netlink.NeighDeserialize(data)
-		if err != nil {
+		m, ok := parseNeighMsg(data)
+		if !ok {
 			return Event{}, false
 		}
 		del := typ == unix.RTM_DELNEIGH
-		if nb.Family == unix.AF_BRIDGE {
-			e, ok := fdbOf(nb, *vxIndex)
+		if m.family == unix.AF_BRIDGE {
+			e, ok := m.fdb(*vxIndex)
 			return Event{Kind: EventFDB, Deleted: del, FDB: e}, ok
 		}
-		e, ok := neighborOf(nb, *vxIndex, del)
+		e, ok := m.neighbor(*vxIndex, del)
 		return Event{Kind: EventNeighbor, Deleted: del, Neighbor: e}, ok
 	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
 		l, err := netlink.LinkDeserialize(nil, data)
