@@ -22,6 +22,16 @@ type NetworkSpec struct {
 	Gw6     string
 }
 
+// Overlay is the suites' usual network: IPv4 and IPv6 from documentation
+// ranges, the gateways at the end of each pool.
+var Overlay = NetworkSpec{
+	Name:  "overlay",
+	Pool4: netip.MustParsePrefix("203.0.113.0/24"),
+	Gw4:   "203.0.113.254/24",
+	Pool6: netip.MustParsePrefix("2001:db8:1::/64"),
+	Gw6:   "2001:db8:1::fffe/64",
+}
+
 // Network is a network created on every host of a Cluster.
 type Network struct {
 	NetworkSpec

@@ -131,11 +131,4 @@ func (c *Container) Detach() error {
 }
 
 // Addr returns the container's address of the family, if it has one.
-func (c *Container) Addr(f Family) (netip.Addr, bool) {
-	for _, a := range c.Addrs {
-		if a.Addr().Is6() == (f == IPv6) {
-			return a.Addr(), true
-		}
-	}
-	return netip.Addr{}, false
-}
+func (c *Container) Addr(f Family) (netip.Addr, bool) { return addrOf(c.Addrs, f) }

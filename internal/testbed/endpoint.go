@@ -42,8 +42,11 @@ func (e *Endpoint) IPs() []netip.Addr {
 }
 
 // Addr is the endpoint's address of the family, if it has one.
-func (e *Endpoint) Addr(f Family) (netip.Addr, bool) {
-	for _, a := range e.Addrs {
+func (e *Endpoint) Addr(f Family) (netip.Addr, bool) { return addrOf(e.Addrs, f) }
+
+// addrOf is the address of the family among addrs, if there is one.
+func addrOf(addrs []netip.Prefix, f Family) (netip.Addr, bool) {
+	for _, a := range addrs {
 		if a.Addr().Is6() == (f == IPv6) {
 			return a.Addr(), true
 		}

@@ -44,13 +44,7 @@ func requireTestbed(t *testing.T) {
 }
 
 // The overlay, as `docker network create` and swarm's IPAM make it.
-var overlay = testbed.NetworkSpec{
-	Name:  "overlay",
-	Pool4: netip.MustParsePrefix("203.0.113.0/24"),
-	Gw4:   "203.0.113.254/24",
-	Pool6: netip.MustParsePrefix("2001:db8:1::/64"),
-	Gw6:   "2001:db8:1::fffe/64",
-}
+var overlay = testbed.Overlay
 
 const (
 	// converge bounds the wait for the table to reach every host after a

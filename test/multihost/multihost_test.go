@@ -36,13 +36,7 @@ func requireTestbed(t *testing.T) {
 // alone (test/gossip covers gossip).
 
 // The overlay, as `docker network create` and swarm's IPAM make it.
-var overlay = testbed.NetworkSpec{
-	Name:  "overlay",
-	Pool4: netip.MustParsePrefix("203.0.113.0/24"),
-	Gw4:   "203.0.113.254/24",
-	Pool6: netip.MustParsePrefix("2001:db8:1::/64"),
-	Gw6:   "2001:db8:1::fffe/64",
-}
+var overlay = testbed.Overlay
 
 // VXLAN overhead: outer IP + UDP + VXLAN + inner Ethernet.
 var vxlanOverhead = map[testbed.Family]int{testbed.IPv4: 20 + 8 + 8 + 14, testbed.IPv6: 40 + 8 + 8 + 14}
