@@ -16,6 +16,8 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 func testPeer(eid string, i int) peerdb.Peer {
@@ -133,7 +135,7 @@ func TestCrashRemovedAfterGrace(t *testing.T) {
 	nodes[2].crash()
 	survivors := nodes[:2]
 	var goneSince time.Time
-	eventually(t, 5*time.Second, "failure detection", func() error {
+	wait.For(t, 5*time.Second, tick, "failure detection", func() error {
 		for _, m := range survivors[0].c.Members() {
 			if m.Name == "n3" && m.State == MemberGone {
 				goneSince = m.Since
@@ -189,7 +191,7 @@ func TestComebackWithinGrace(t *testing.T) {
 	h.grace = 5 * time.Second
 	nodes, want := startWithE3(t, h)
 	h.isolate(nodes[2])
-	eventually(t, 5*time.Second, "partition detected", func() error {
+	wait.For(t, 5*time.Second, tick, "partition detected", func() error {
 		if aliveMembers(nodes[0].c) != 2 || aliveMembers(nodes[2].c) != 1 {
 			return fmt.Errorf("not yet")
 		}
@@ -245,7 +247,7 @@ func TestRestartRetractsLostEndpoints(t *testing.T) {
 	nodes[2].crash()
 	time.Sleep(5 * time.Millisecond) // a later start time, hence a newer epoch
 	var restarted *tnode
-	eventually(t, 5*time.Second, "restart", func() error { // the address frees when the transport shuts down
+	wait.For(t, 5*time.Second, tick, "restart", func() error { // the address frees when the transport shuts down
 		n, err := h.tryStart(3, newRecSink(), 1, 2)
 		restarted = n
 		return err
@@ -280,7 +282,7 @@ func TestAntiEntropyRepairsMissedPush(t *testing.T) {
 	h.net.SetFilter(func(_, to netip.AddrPort, stream bool) bool { return !stream || to != deaf })
 	p := testPeer("e1", 1)
 	nodes[0].c.Publish(netA, p)
-	eventually(t, 5*time.Second, "push to n3 lost", func() error {
+	wait.For(t, 5*time.Second, tick, "push to n3 lost", func() error {
 		if _, ok := nodes[1].sink.get(netA)["e1"]; !ok {
 			return fmt.Errorf("n2 lacks e1")
 		}
@@ -293,7 +295,7 @@ func TestAntiEntropyRepairsMissedPush(t *testing.T) {
 		t.Fatal("the deaf node got the record")
 	}
 	h.net.SetFilter(nil)
-	eventually(t, 5*time.Second, "n3 repaired by anti-entropy", func() error {
+	wait.For(t, 5*time.Second, tick, "n3 repaired by anti-entropy", func() error {
 		if _, ok := nodes[2].sink.get(netA)["e1"]; !ok {
 			return fmt.Errorf("n3 lacks e1")
 		}
@@ -382,14 +384,14 @@ func TestSecretKey(t *testing.T) {
 	if err := nodes["b"].c.ml.SendToAddress(memberlist.Address{Addr: addr("a"), Name: "a"}, msg); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "control message", func() error {
+	wait.For(t, 2*time.Second, tick, "control message", func() error {
 		if adds, _, _ := nodes["a"].sink.counts("forged"); adds == 0 {
 			return fmt.Errorf("a did not accept the message from a key holder: %+v", nodes["a"].c.Stats())
 		}
 		return nil
 	})
 	// b, named as owner, does not hold that endpoint: it retracts it.
-	eventually(t, 2*time.Second, "retraction by the named owner", func() error {
+	wait.For(t, 2*time.Second, tick, "retraction by the named owner", func() error {
 		if len(nodes["a"].sink.get(netA)) != 0 {
 			return fmt.Errorf("forged record still on a")
 		}
@@ -434,7 +436,7 @@ func TestNetworkScoping(t *testing.T) {
 	if s := n2.c.Stats(); s.Records != 0 || s.Networks != 0 {
 		t.Errorf("n2 after removing the network: %+v", s)
 	}
-	eventually(t, 2*time.Second, "n1 sees n2 leave the network", func() error {
+	wait.For(t, 2*time.Second, tick, "n1 sees n2 leave the network", func() error {
 		if s := n1.c.Stats(); s.Memberships != 1 {
 			return fmt.Errorf("n1 counts %d memberships, want its own only", s.Memberships)
 		}
@@ -586,7 +588,7 @@ func TestCloseIdempotentAndQuiet(t *testing.T) {
 		t.Errorf("sink called %d times after Close", got-before)
 	}
 	// A graceful leave is seen as gone by the others.
-	eventually(t, 5*time.Second, "leave seen", func() error {
+	wait.For(t, 5*time.Second, tick, "leave seen", func() error {
 		if aliveMembers(n1.c) != 1 {
 			return fmt.Errorf("n1 still sees n2")
 		}
@@ -631,7 +633,7 @@ func TestNodeDataWithoutGossip(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	eventually(t, 5*time.Second, "node data spread without packets", func() error {
+	wait.For(t, 5*time.Second, tick, "node data spread without packets", func() error {
 		for _, n := range nodes[:2] {
 			if got, _ := n.sink.getData(nodes[2].ip); string(got) != "keys-1" {
 				return fmt.Errorf("%s has %q", n.name, got)
@@ -672,11 +674,11 @@ func TestNodeData(t *testing.T) {
 	if err := nodes[2].c.SetNodeData([]byte("keys-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "node data spread", want("keys-1"))
+	wait.For(t, 5*time.Second, tick, "node data spread", want("keys-1"))
 	if err := nodes[2].c.SetNodeData([]byte("keys-2")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "node data update spread", want("keys-2"))
+	wait.For(t, 5*time.Second, tick, "node data update spread", want("keys-2"))
 	if _, ok := nodes[2].sink.getData(nodes[2].ip); ok {
 		t.Fatal("a node received its own data")
 	}
@@ -684,7 +686,7 @@ func TestNodeData(t *testing.T) {
 		t.Fatal("oversized node data accepted")
 	}
 	nodes[2].crash()
-	eventually(t, 10*time.Second, "node data gone after grace", want(""))
+	wait.For(t, 10*time.Second, tick, "node data gone after grace", want(""))
 }
 
 // dropOwnUpdate is a memberlist AliveDelegate that drops, once, the alive
@@ -717,7 +719,7 @@ func TestNodeDataUpdateDropped(t *testing.T) {
 	if err := nodes[2].c.SetNodeData([]byte("keys-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "node data spread after a dropped update", func() error {
+	wait.For(t, 5*time.Second, tick, "node data spread after a dropped update", func() error {
 		for _, n := range nodes[:2] {
 			if got, _ := n.sink.getData(nodes[2].ip); string(got) != "keys-1" {
 				return fmt.Errorf("%s has %q", n.name, got)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 // fakeTransport is the transport under a guard: the test plays the
@@ -229,7 +231,7 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 	for i := range n {
 		ft.packets <- &memberlist.Packet{Buf: garbage[i%3], From: attacker}
 	}
-	eventually(t, 5*time.Second, "every datagram counted", func() error {
+	wait.For(t, 5*time.Second, tick, "every datagram counted", func() error {
 		if got := c.rej[RejectUnknownType].Load() + c.rej[RejectCompressed].Load() + c.rej[RejectMalformed].Load(); got != n {
 			return fmt.Errorf("%d refusals counted, want %d", got, n)
 		}

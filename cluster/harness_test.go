@@ -18,6 +18,8 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 var errNoNetwork = errors.New("network not found")
@@ -270,21 +272,8 @@ func (h *harness) closeAll() {
 	wg.Wait()
 }
 
-// eventually polls f until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %v: %v", what, timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// tick is how often the tests poll a condition.
+const tick = 10 * time.Millisecond
 
 func aliveMembers(c *Cluster) int {
 	n := 0
@@ -303,7 +292,7 @@ func waitMembers(t *testing.T, nodes []*tnode, want int) {
 
 func waitMembersWithin(t *testing.T, nodes []*tnode, want int, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "membership", func() error {
+	wait.For(t, timeout, tick, "membership", func() error {
 		for _, n := range nodes {
 			if got := aliveMembers(n.c); got != want {
 				return fmt.Errorf("%s sees %d alive members, want %d", n.name, got, want)
@@ -354,7 +343,7 @@ func snapshotMap(c *Cluster, nid string) map[string]peerdb.Peer {
 // expected remote endpoints of nid.
 func waitConverged(t *testing.T, nodes []*tnode, nid string, want map[string]ep, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "convergence of "+nid, func() error { return converged(nodes, nid, want) })
+	wait.For(t, timeout, tick, "convergence of "+nid, func() error { return converged(nodes, nid, want) })
 }
 
 // converged reports how a node's sink or snapshot of nid differs from
@@ -375,7 +364,7 @@ func converged(nodes []*tnode, nid string, want map[string]ep) error {
 // included) to have network nid.
 func waitNetworkMembers(t *testing.T, nodes []*tnode, nid string, want int) {
 	t.Helper()
-	eventually(t, 5*time.Second, "network memberships", func() error {
+	wait.For(t, 5*time.Second, tick, "network memberships", func() error {
 		for _, n := range nodes {
 			n.c.mu.Lock()
 			got := len(n.c.st.networkMembers(nid))

@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 // target is one node on a memnet network and an attacker beside it that
@@ -51,7 +53,7 @@ func (tg *target) send(t *testing.T, b []byte) {
 	if _, err := tg.from.WriteToAddress(b, memberlist.Address{Addr: tg.tr.Addr().String()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "datagram handled", func() error {
+	wait.For(t, 5*time.Second, tick, "datagram handled", func() error {
 		if tg.handled() == before {
 			return fmt.Errorf("not yet")
 		}
@@ -74,7 +76,7 @@ func (tg *target) stream(t *testing.T, b []byte) {
 		t.Fatal(err)
 	}
 	go func() { conn.Write(b); conn.Close() }()
-	eventually(t, 5*time.Second, "stream handled", func() error {
+	wait.For(t, 5*time.Second, tick, "stream handled", func() error {
 		if tg.handled() == before {
 			return fmt.Errorf("not yet")
 		}
@@ -118,7 +120,7 @@ func TestRejectionsCountedPlaintext(t *testing.T) {
 		t.Errorf("%d log lines for %d malformed messages, want 1", lines, pings+1)
 	}
 	tg.clock.advance(rejectLogEvery)
-	eventually(t, 5*time.Second, "the count of the lines left out", func() error {
+	wait.For(t, 5*time.Second, tick, "the count of the lines left out", func() error {
 		if lines, n := logLines(tg.logs.tail(1000), RejectMalformed); lines != 2 || n != pings {
 			return fmt.Errorf("%d lines counting %d left out, want 2 counting %d", lines, n, pings)
 		}

@@ -18,6 +18,8 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 // memFirewall is an in-memory encryption.Firewall.
@@ -97,16 +99,11 @@ func runNode(t *testing.T, net *memnet.Network, n *node, cfg serveConfig, k *fak
 	return &node{instance: in, addr: n.addr, x: n.x, fw: n.fw}
 }
 
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// How long the in-process plugins may take to agree, polled every tick.
+const (
+	settle = 20 * time.Second
+	tick   = 20 * time.Millisecond
+)
 
 // TestGossipWiresDriversTogether runs two plugins in-process, joined by
 // gossip on an in-memory network with a cluster secret, and checks that an
@@ -119,10 +116,10 @@ func TestGossipWiresDriversTogether(t *testing.T) {
 
 	admin := adminapi.NewClient(b.cfg.AdminSocket)
 	defer admin.Close()
-	eventually(t, "gossip membership", func() bool {
+	wait.For(t, settle, tick, "gossip membership", wait.Bool(func() bool {
 		raw, err := admin.Cluster()
 		return err == nil && len(raw) > 0 && countAlive(raw) == 2
-	})
+	}))
 
 	// The same network on both, as Docker creates it after AllocateNetwork.
 	ca, cb := unixClient(a.cfg.Socket), unixClient(b.cfg.Socket)
@@ -137,7 +134,7 @@ func TestGossipWiresDriversTogether(t *testing.T) {
 	post(t, cb, "http://b", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": "epb", "SandboxKey": "/y"}).ok(t, "join on b", nil)
 
 	ipA, ipB := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.113.2")
-	eventually(t, "each endpoint programmed on the other host", func() bool {
+	wait.For(t, settle, tick, "each endpoint programmed on the other host", wait.Bool(func() bool {
 		sa, sb := a.kernel.Snapshot()["net1"], b.kernel.Snapshot()["net1"]
 		if sa == nil || sb == nil {
 			return false
@@ -145,20 +142,20 @@ func TestGossipWiresDriversTogether(t *testing.T) {
 		_, okA := sa.Neighbors[ipB]
 		_, okB := sb.Neighbors[ipA]
 		return okA && okB
-	})
-	eventually(t, "keys exchanged: each outbound SA exists at the receiver", func() bool {
+	}))
+	wait.For(t, settle, tick, "keys exchanged: each outbound SA exists at the receiver", wait.Bool(func() bool {
 		return pathReady(a, b) && pathReady(b, a)
-	})
+	}))
 
 	post(t, cb, "http://b", "/NetworkDriver.Leave", map[string]any{"NetworkID": "net1", "EndpointID": "epb"}).ok(t, "leave on b", nil)
-	eventually(t, "leave retracted on a", func() bool {
+	wait.For(t, settle, tick, "leave retracted on a", wait.Bool(func() bool {
 		_, ok := a.kernel.Snapshot()["net1"].Neighbors[ipB]
 		return !ok
-	})
-	eventually(t, "IPsec state towards b released on a", func() bool {
+	}))
+	wait.For(t, settle, tick, "IPsec state towards b released on a", wait.Bool(func() bool {
 		pols, _ := a.x.Policies()
 		return len(pols) == 0
-	})
+	}))
 }
 
 // TestRestartKeepsEncryptedNetwork stops and starts a's plugin, as
@@ -178,9 +175,9 @@ func TestRestartKeepsEncryptedNetwork(t *testing.T) {
 			"Interface": map[string]any{"Address": fmt.Sprintf("203.0.113.%d/24", i+1)}}).ok(t, "endpoint", nil)
 		post(t, c, "http://p", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": ep, "SandboxKey": "/x"}).ok(t, "join", nil)
 	}
-	eventually(t, "keys exchanged: each outbound SA exists at the receiver", func() bool {
+	wait.For(t, settle, tick, "keys exchanged: each outbound SA exists at the receiver", wait.Bool(func() bool {
 		return pathReady(a, b) && pathReady(b, a)
-	})
+	}))
 	before, _ := a.x.States()
 
 	if err := a.stop(t); err != nil {
@@ -202,14 +199,14 @@ func TestRestartKeepsEncryptedNetwork(t *testing.T) {
 	if err != nil || len(nets) != 1 || nets[0].Sandbox != "net1" || !nets[0].Endpoints[0].Joined {
 		t.Fatalf("the new run lists %+v, %v: want the sandbox adopted, its endpoint joined", nets, err)
 	}
-	eventually(t, "a's sandbox guarded again and b's endpoint back", func() bool {
+	wait.For(t, settle, tick, "a's sandbox guarded again and b's endpoint back", wait.Bool(func() bool {
 		_, ok := a.kernel.Snapshot()["net1"].Neighbors[netip.MustParseAddr("203.0.113.2")]
 		return ok && a.fw.vnis[300]
-	})
-	eventually(t, "b installs inbound SAs for a's new generation", func() bool {
+	}))
+	wait.For(t, settle, tick, "b installs inbound SAs for a's new generation", wait.Bool(func() bool {
 		states, _ := b.x.States()
 		return len(states) > len(before)
-	})
+	}))
 	if !pathReady(a, b) || !pathReady(b, a) {
 		t.Fatal("a path lost after the new run took over")
 	}

@@ -68,7 +68,7 @@ func (r *run) actAsDockerd(ctx context.Context) error {
 		}
 		r.ctrs = append(r.ctrs, c)
 		r.out.say("container %s on %s: %s, %s, MAC %s (endpoint %s, veth %s)",
-			c.Name, p.Host.Name, addrs[0].Addr(), addrs[1].Addr(), c.MAC, c.EndpointID[:12], c.SrcName)
+			c.Name, p.Host.Name, addrs[0].Addr(), addrs[1].Addr(), c.MAC, c.Endpoint.ID[:12], c.SrcName)
 	}
 	return nil
 }

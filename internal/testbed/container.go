@@ -15,8 +15,8 @@ type Container struct {
 	*Netns
 	Name string
 	Host *Host
-	// EndpointID is set by Plugin.RunContainer.
-	EndpointID string
+	// Endpoint is set by Plugin.RunContainer.
+	Endpoint *Endpoint
 	// Set by Attach: the interface's name inside the container, the name
 	// the plugin gave it in the host namespace, its MAC and addresses.
 	Iface   string
@@ -35,36 +35,19 @@ func (h *Host) NewContainer(name string) (*Container, error) {
 }
 
 // RunContainer does what dockerd does to start a container on a network of
-// the plugin: CreateEndpoint with the addresses swarm's IPAM chose (an IPv4
-// and an IPv6 prefix at most; the plugin picks the MAC), a namespace for
-// the container, Join with its SandboxKey, then Attach.
+// the plugin: a namespace for the container, CreateJoin with its
+// SandboxKey, then Attach.
 func (p *Plugin) RunContainer(networkID, name string, addrs ...netip.Prefix) (*Container, error) {
-	iface := &api.EndpointInterface{}
-	for _, a := range addrs {
-		if a.Addr().Is6() {
-			iface.AddressIPv6 = a.String()
-		} else {
-			iface.Address = a.String()
-		}
-	}
-	id := RandomHex(64)
-	resp, err := p.API.CreateEndpoint(&api.CreateEndpointRequest{NetworkID: networkID, EndpointID: id, Interface: iface})
-	if err != nil {
-		return nil, fmt.Errorf("%s CreateEndpoint: %w", p.Host.Name, err)
-	}
-	if resp.Interface == nil || resp.Interface.MacAddress == "" {
-		return nil, fmt.Errorf("%s CreateEndpoint answered %+v: no MAC", p.Host.Name, resp)
-	}
 	c, err := p.Host.NewContainer(name)
 	if err != nil {
 		return nil, err
 	}
-	c.EndpointID = id
-	join, err := p.API.Join(&api.JoinRequest{NetworkID: networkID, EndpointID: id, SandboxKey: c.SandboxKey()})
+	ep, err := p.CreateJoin(networkID, c.SandboxKey(), addrs...)
 	if err != nil {
-		return nil, fmt.Errorf("%s Join: %w", p.Host.Name, err)
+		return nil, err
 	}
-	return c, c.Attach(join, resp.Interface.MacAddress, addrs...)
+	ep.Ctr, c.Endpoint = c, ep
+	return c, c.Attach(ep.Join, ep.MAC, addrs...)
 }
 
 // SandboxKey is what dockerd passes in Join: the container's netns path.
@@ -148,11 +131,4 @@ func (c *Container) Detach() error {
 }
 
 // Addr returns the container's address of the family, if it has one.
-func (c *Container) Addr(f Family) (netip.Addr, bool) {
-	for _, a := range c.Addrs {
-		if a.Addr().Is6() == (f == IPv6) {
-			return a.Addr(), true
-		}
-	}
-	return netip.Addr{}, false
-}
+func (c *Container) Addr(f Family) (netip.Addr, bool) { return addrOf(c.Addrs, f) }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 )
 
@@ -81,4 +82,18 @@ func (p *Plugin) SandboxEntries(sandbox string) ([]Neigh, []FDB, error) {
 		fe = append(fe, FDB{f.MAC, dst})
 	}
 	return SortNeigh(ne), SortFDB(fe), nil
+}
+
+// ReportedEntries are the entries a plugin reports for its sandbox (the
+// kernel section of its admin API), sorted, for comparing with
+// SandboxEntries and WantTables.
+func ReportedEntries(k *driver.KernelState) ([]Neigh, []FDB) {
+	ne, fe := []Neigh{}, []FDB{}
+	for _, n := range k.Neighbors {
+		ne = append(ne, Neigh{IP: n.IP.String(), MAC: n.MAC.String()})
+	}
+	for _, e := range k.FDB {
+		fe = append(fe, FDB{MAC: e.MAC.String(), VTEP: e.VTEP.String()})
+	}
+	return SortNeigh(ne), SortFDB(fe)
 }

@@ -25,6 +25,17 @@
 //	ctr.Attach(joinResp, mac, addrs...)            // what dockerd does next
 //	ctr.PingUntil(dst, 10*time.Second); ctr.TCPExchange(echo.Addr, 1<<20, timeout)
 //
+// The multi-host suites (test/multihost, test/gossip, test/encrypted) use
+// Cluster instead, which does all of the above for N hosts the way dockerd
+// and swarm would, and holds the checks they share:
+//
+//	c, err := bed.NewCluster(testbed.ClusterConfig{Gossip: true, Secret: true})
+//	nw, err := c.CreateNetwork(testbed.Overlay)    // allocated on h1, created everywhere
+//	ep, err := c.RunContainer(c.Nodes[0], nw, "c1", nw.Addrs(1)...)
+//	_, err = c.WaitConverged(nw, nil, timeout, what) // peers and kernel entries everywhere
+//	err = c.WaitMembers(nil, timeout, what)          // gossip membership everywhere
+//	err = testbed.CheckTraffic(ctrs, testbed.Traffic{...}) // all pairs, ICMP and TCP
+//
 // Probes (ICMP echo, TCP) run inside this process on OS threads switched
 // into the namespace, so no ping, netcat or helper binary is needed.
 //

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
 // fakeEngine stands in for a node's Docker engine where the plugin asks it
@@ -69,7 +71,7 @@ func startEngine(t *testing.T, path string) *fakeEngine {
 
 // set makes the network's service name have vip and the given tasks (or
 // removes it when vip is empty).
-func (e *fakeEngine) set(nid, name, vip string, tasks ...*endpoint) {
+func (e *fakeEngine) set(nid, name, vip string, tasks ...*testbed.Endpoint) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.services[nid] == nil {
@@ -81,8 +83,8 @@ func (e *fakeEngine) set(nid, name, vip string, tasks ...*endpoint) {
 	}
 	s := engineService{VIP: vip, Ports: []string{}, Tasks: []engineTask{}}
 	for i, ep := range tasks {
-		s.Tasks = append(s.Tasks, engineTask{Name: name + "." + strings.Repeat("x", i+1), EndpointID: ep.id,
-			EndpointIP: ep.addrs[0].Addr().String()})
+		s.Tasks = append(s.Tasks, engineTask{Name: name + "." + strings.Repeat("x", i+1), EndpointID: ep.ID,
+			EndpointIP: ep.Addrs[0].Addr().String()})
 	}
 	e.services[nid][name] = s
 }

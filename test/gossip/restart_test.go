@@ -1,13 +1,14 @@
 package gossip
 
 import (
-	"strconv"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
+	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 // consistentWithin bounds how long after a restart every host's kernel may
@@ -30,23 +31,20 @@ func TestRestartDuringChurn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newCluster(t, options{})
 			c.containerPerHost()
-			victim, others := c.nodes[1], []*gnode{c.nodes[0], c.nodes[2]}
+			victim, others := c.Nodes[1], []*testbed.Node{c.Nodes[0], c.Nodes[2]}
 			// Endpoints that will leave while the victim is down.
-			var leaving []*endpoint
+			var leaving []*testbed.Endpoint
 			for _, n := range others {
 				for range 3 {
-					ep, err := c.createJoin(n, slotAddrs(c.newSlot()), "/var/run/docker/netns/"+testbed.RandomHex(12))
+					ep, err := c.joinNoContainer(n, c.newSlot())
 					if err != nil {
 						t.Fatal(err)
 					}
-					c.mu.Lock()
-					c.live[ep.id] = ep
-					c.mu.Unlock()
 					leaving = append(leaving, ep)
 				}
 			}
 			c.waitConverged(converge, "before the restart")
-			if err := victim.plugin.HoldSandboxes(); err != nil {
+			if err := victim.Plugin.HoldSandboxes(); err != nil {
 				t.Fatal(err)
 			}
 
@@ -61,14 +59,11 @@ func TestRestartDuringChurn(t *testing.T) {
 							return
 						default:
 						}
-						ep, err := c.createJoin(n, slotAddrs(c.newSlot()), "/var/run/docker/netns/"+testbed.RandomHex(12))
+						ep, err := c.joinNoContainer(n, c.newSlot())
 						if err != nil {
 							errc <- err
 							return
 						}
-						c.mu.Lock()
-						c.live[ep.id] = ep
-						c.mu.Unlock()
 						time.Sleep(30 * time.Millisecond)
 						if err := c.leaveErr(ep); err != nil {
 							errc <- err
@@ -80,9 +75,9 @@ func TestRestartDuringChurn(t *testing.T) {
 			time.Sleep(300 * time.Millisecond) // churn under way
 			var err error
 			if kill {
-				err = victim.plugin.Kill()
+				err = victim.Plugin.Kill()
 			} else {
-				err = victim.plugin.Stop(0)
+				err = victim.Plugin.Stop(0)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -100,38 +95,25 @@ func TestRestartDuringChurn(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			args := []string{"--gossip-port", strconv.Itoa(gossipPort), "--node-name", victim.name,
-				"--join", c.nodes[0].host.Underlay.String()}
-			p, err := victim.host.StartPlugin(testbed.PluginConfig{Args: args})
-			if err != nil {
-				t.Fatalf("restart %s: %v", victim.name, err)
+			// Started as before: gossip on, joining h1.
+			if err := c.Restart(victim); err != nil {
+				t.Fatalf("restart %s: %v", victim.Name, err)
 			}
-			victim.plugin = p
 			restarted := time.Now()
-			c.enable(victim)
-			var last []string
-			for {
-				if last = c.diffs(true); len(last) == 0 {
-					break
+			if err := c.Enable(victim); err != nil {
+				t.Fatal(err)
+			}
+			err = wait.Until(consistentWithin-time.Since(restarted), 50*time.Millisecond, func() error {
+				if d := c.diffs(true); len(d) > 0 {
+					return errors.New(strings.Join(d, "\n  "))
 				}
-				if time.Since(restarted) > consistentWithin {
-					c.fatalf("%s after a %s restart: not consistent within %v:\n  %s", victim.name, name, consistentWithin, strings.Join(last, "\n  "))
-				}
-				time.Sleep(50 * time.Millisecond)
+				return nil
+			})
+			if err != nil {
+				c.fatalf("%s after a %s restart: not consistent: %v", victim.Name, name, err)
 			}
 			t.Logf("%s restart: every host consistent %v after the plugin was ready", name, time.Since(restarted).Round(time.Millisecond))
 			c.checkTraffic(c.liveWithContainers(), false)
 		})
 	}
-}
-
-// liveWithContainers returns the live endpoints that have a container.
-func (c *gcluster) liveWithContainers() []*endpoint {
-	var out []*endpoint
-	for _, ep := range c.liveEndpoints() {
-		if ep.ctr != nil {
-			out = append(out, ep)
-		}
-	}
-	return out
 }

@@ -17,17 +17,17 @@ import (
 const vipPort = 8080
 
 // nameServer answers each connection with the backend's name, then echoes.
-func nameServer(t *testing.T, ep *endpoint) {
+func nameServer(t *testing.T, ep *testbed.Endpoint) {
 	t.Helper()
-	if _, err := ep.ctr.StartGreetingEcho(netip.AddrPortFrom(netip.IPv4Unspecified(), vipPort), ep.ctr.Name); err != nil {
+	if _, err := ep.Ctr.StartGreetingEcho(netip.AddrPortFrom(netip.IPv4Unspecified(), vipPort), ep.Ctr.Name); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // ask connects from client to addr and returns the name the backend gave,
 // and the connection, open.
-func ask(client *endpoint, addr netip.AddrPort) (string, net.Conn, error) {
-	c, err := client.ctr.Dial(addr, 2*time.Second)
+func ask(client *testbed.Endpoint, addr netip.AddrPort) (string, net.Conn, error) {
+	c, err := client.Ctr.Dial(addr, 2*time.Second)
 	if err != nil {
 		return "", nil, err
 	}
@@ -42,7 +42,7 @@ func ask(client *endpoint, addr netip.AddrPort) (string, net.Conn, error) {
 
 // spread makes n connections from client to addr and counts the backends
 // that answered.
-func spread(client *endpoint, addr netip.AddrPort, n int) (map[string]int, error) {
+func spread(client *testbed.Endpoint, addr netip.AddrPort, n int) (map[string]int, error) {
 	got := map[string]int{}
 	for range n {
 		name, c, err := ask(client, addr)
@@ -60,49 +60,49 @@ func spread(client *endpoint, addr netip.AddrPort, n int) (map[string]int, error
 // (within a second of the plugin's gossip), never reach a task that left,
 // fail at once with no task, and leave no rule when the service goes.
 func TestServiceVIP(t *testing.T) {
-	c := newCluster(t, options{hosts: 2, engines: true})
-	h1, h2 := c.nodes[0], c.nodes[1]
+	c := newCluster(t, options{ClusterConfig: testbed.ClusterConfig{Hosts: 2}, engines: true})
+	h1, h2 := c.Nodes[0], c.Nodes[1]
 	b1, b2, b3 := c.addContainer(h1, "b1"), c.addContainer(h1, "b2"), c.addContainer(h2, "b3")
 	c1, c2 := c.addContainer(h1, "c1"), c.addContainer(h2, "c2")
 	c.waitConverged(converge, "backends and clients")
-	for _, b := range []*endpoint{b1, b2, b3} {
+	for _, b := range []*testbed.Endpoint{b1, b2, b3} {
 		nameServer(t, b)
 	}
-	vip := netip.AddrPortFrom(testbed.Nth(poolV4, 200), vipPort)
-	setAll := func(tasks ...*endpoint) {
-		for _, n := range c.nodes {
-			n.engine.set(c.netID, "web", vip.Addr().String(), tasks...)
+	vip := netip.AddrPortFrom(testbed.Nth(overlay.Pool4, 200), vipPort)
+	setAll := func(tasks ...*testbed.Endpoint) {
+		for _, e := range c.engines {
+			e.set(c.nw.ID, "web", vip.Addr().String(), tasks...)
 		}
 	}
 	setAll(b1, b2, b3)
 
 	// Docker listed the service without an endpoint change: the periodic
 	// refresh picks it up.
-	for _, cl := range []*endpoint{c1, c2} {
+	for _, cl := range []*testbed.Endpoint{c1, c2} {
 		deadline := time.Now().Add(8 * time.Second)
 		for {
 			if _, conn, err := ask(cl, vip); err == nil {
 				conn.Close()
 				break
 			} else if time.Now().After(deadline) {
-				t.Fatalf("%s: the VIP %s does not answer 8 s after Docker listed the service: %v", cl.ctr.Name, vip, err)
+				t.Fatalf("%s: the VIP %s does not answer 8 s after Docker listed the service: %v", cl.Ctr.Name, vip, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	for _, cl := range []*endpoint{c1, c2} {
+	for _, cl := range []*testbed.Endpoint{c1, c2} {
 		got, err := spread(cl, vip, 60)
 		if err != nil {
-			t.Fatalf("%s: %v (so far %v)", cl.ctr.Name, err, got)
+			t.Fatalf("%s: %v (so far %v)", cl.Ctr.Name, err, got)
 		}
-		t.Logf("%s: 60 connections to %s: %v", cl.ctr.Name, vip, got)
+		t.Logf("%s: 60 connections to %s: %v", cl.Ctr.Name, vip, got)
 		for _, b := range []string{"b1", "b2", "b3"} {
 			if got[b] == 0 {
-				t.Errorf("%s: no connection reached %s: %v", cl.ctr.Name, b, got)
+				t.Errorf("%s: no connection reached %s: %v", cl.Ctr.Name, b, got)
 			}
 		}
 	}
-	st, err := h1.plugin.Network(c.netID)
+	st, err := h1.Plugin.Network(c.nw.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +156,13 @@ func TestServiceVIP(t *testing.T) {
 	c.leave(b1)
 	setAll(b2, b3, b4)
 	time.Sleep(time.Second)
-	for _, cl := range []*endpoint{c1, c2} {
+	for _, cl := range []*testbed.Endpoint{c1, c2} {
 		got, err := spread(cl, vip, 40)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got["b1"] > 0 {
-			t.Errorf("%s: %d connections reached b1 a second after it left: %v", cl.ctr.Name, got["b1"], got)
+			t.Errorf("%s: %d connections reached b1 a second after it left: %v", cl.Ctr.Name, got["b1"], got)
 		}
 	}
 	for name, conn := range open {
@@ -179,7 +179,7 @@ func TestServiceVIP(t *testing.T) {
 	}
 
 	// Scaled to zero: the VIP refuses at once rather than hang.
-	for _, b := range []*endpoint{b2, b3, b4} {
+	for _, b := range []*testbed.Endpoint{b2, b3, b4} {
 		c.leave(b)
 	}
 	setAll()
@@ -196,21 +196,21 @@ func TestServiceVIP(t *testing.T) {
 
 	// The service goes: within the refresh period the containers hold no
 	// rule of it.
-	for _, n := range c.nodes {
-		n.engine.set(c.netID, "web", "")
+	for _, e := range c.engines {
+		e.set(c.nw.ID, "web", "")
 	}
 	deadline := time.Now().Add(8 * time.Second)
-	for _, cl := range []*endpoint{c1, c2} {
+	for _, cl := range []*testbed.Endpoint{c1, c2} {
 		for {
-			out, err := cl.ctr.Exec("nft", "list", "tables")
+			out, err := cl.Ctr.Exec("nft", "list", "tables")
 			if err != nil {
-				t.Fatalf("%s: nft list tables: %v", cl.ctr.Name, err)
+				t.Fatalf("%s: nft list tables: %v", cl.Ctr.Name, err)
 			}
 			if !strings.Contains(out, "overlay_plugin") {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s still holds the plugin's table 8 s after the service was removed:\n%s", cl.ctr.Name, out)
+				t.Fatalf("%s still holds the plugin's table 8 s after the service was removed:\n%s", cl.Ctr.Name, out)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}

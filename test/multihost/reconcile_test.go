@@ -18,7 +18,7 @@ const repairWithin = time.Second
 // repairs reads overlay_plugin_reconcile_repairs_total of kind.
 func repairs(t *testing.T, n *node, kind string) uint64 {
 	t.Helper()
-	body, err := n.plugin.AdminGet("/metrics")
+	body, err := n.Plugin.AdminGet("/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +33,8 @@ func repairs(t *testing.T, n *node, kind string) uint64 {
 // inSync reports whether n's sandbox holds exactly what its peers imply,
 // as the plugin reads it (NOARP entries included).
 func (c *cluster) inSync(n *node) (bool, string) {
-	wantN, wantF := wantEntries(c.remotes(n))
-	st, err := n.plugin.Network(c.netID)
+	wantN, wantF := testbed.WantTables(c.nw, c.Remotes(n.Node, c.nw))
+	st, err := n.Plugin.Network(c.nw.ID)
 	if err != nil || st.Kernel == nil {
 		return false, fmt.Sprintf("state: %v", err)
 	}
@@ -48,7 +48,7 @@ func (c *cluster) inSync(n *node) (bool, string) {
 			return false, fmt.Sprintf("fdb %+v not permanent", e)
 		}
 	}
-	gotN, gotF := reportedNeigh(st.Kernel.Neighbors), reportedFDB(st.Kernel.FDB)
+	gotN, gotF := testbed.ReportedEntries(st.Kernel)
 	if !slices.Equal(gotN, wantN) || !slices.Equal(gotF, wantF) || st.Kernel.Error != "" {
 		return false, fmt.Sprintf("plugin reads %v %v (%s), want %v %v", gotN, gotF, st.Kernel.Error, wantN, wantF)
 	}
@@ -63,8 +63,8 @@ func TestDriftRepaired(t *testing.T) {
 	requireTestbed(t)
 	c := setup(t, testbed.IPv4, 2)
 	n1, n2 := c.nodes[0], c.nodes[1]
-	ip4 := n2.addrs[0].Addr().String()
-	vtep := n2.host.Underlay.String()
+	ip4 := n2.ep.Addrs[0].Addr().String()
+	vtep := n2.Underlay.String()
 	vx, br := kernel.VXLANName, kernel.BridgeName
 	for _, d := range []struct {
 		name string
@@ -73,10 +73,10 @@ func TestDriftRepaired(t *testing.T) {
 	}{
 		{"neighbour deleted", []string{"ip", "neigh", "del", ip4, "dev", vx}, "neighbor_added"},
 		{"neighbour changed", []string{"ip", "neigh", "replace", ip4, "lladdr", "02:42:0a:0b:0c:0d", "dev", vx, "nud", "permanent"}, "neighbor_replaced"},
-		{"neighbour made NOARP", []string{"ip", "neigh", "replace", ip4, "lladdr", n2.mac, "dev", vx, "nud", "noarp"}, "neighbor_replaced"},
+		{"neighbour made NOARP", []string{"ip", "neigh", "replace", ip4, "lladdr", n2.ep.MAC, "dev", vx, "nud", "noarp"}, "neighbor_replaced"},
 		{"NOARP neighbour added", []string{"ip", "neigh", "replace", "203.0.113.200", "lladdr", "02:42:0a:0b:0c:0e", "dev", vx, "nud", "noarp"}, "neighbor_removed"},
-		{"FDB entry deleted", []string{"bridge", "fdb", "del", n2.mac, "dev", vx, "dst", vtep, "self"}, "fdb_added"},
-		{"FDB entry pointed elsewhere", []string{"bridge", "fdb", "replace", n2.mac, "dev", vx, "dst", "198.51.100.250", "self", "permanent"}, "fdb_replaced"},
+		{"FDB entry deleted", []string{"bridge", "fdb", "del", n2.ep.MAC, "dev", vx, "dst", vtep, "self"}, "fdb_added"},
+		{"FDB entry pointed elsewhere", []string{"bridge", "fdb", "replace", n2.ep.MAC, "dev", vx, "dst", "198.51.100.250", "self", "permanent"}, "fdb_replaced"},
 		{"static FDB entry added", []string{"bridge", "fdb", "add", "02:42:0a:0b:0c:0f", "dev", vx, "dst", "198.51.100.251", "self", "static"}, "fdb_removed"},
 		{"permanent FDB entry added", []string{"bridge", "fdb", "add", "02:42:0a:0b:0c:10", "dev", vx, "dst", "198.51.100.252", "self", "permanent"}, "fdb_removed"},
 		{"vxlan0 deleted", []string{"ip", "link", "del", vx}, "device_rebuilt"},
@@ -85,7 +85,7 @@ func TestDriftRepaired(t *testing.T) {
 	} {
 		before := repairs(t, n1, d.kind)
 		start := time.Now()
-		if out, err := n1.plugin.SandboxExec(c.netID, d.cmd...); err != nil {
+		if out, err := n1.Plugin.SandboxExec(c.nw.ID, d.cmd...); err != nil {
 			t.Fatalf("%s: %v: %s", d.name, err, out)
 		}
 		for {
@@ -94,8 +94,8 @@ func TestDriftRepaired(t *testing.T) {
 				took := time.Since(start)
 				// And as ip and bridge read it (outside the timing:
 				// nsenter and iproute2 take a while on a loaded host).
-				wantN, wantF := wantEntries(c.remotes(n1))
-				ipN, ipF, err := n1.plugin.SandboxEntries(c.netID)
+				wantN, wantF := testbed.WantTables(c.nw, c.Remotes(n1.Node, c.nw))
+				ipN, ipF, err := n1.Plugin.SandboxEntries(c.nw.ID)
 				if err != nil || !slices.Equal(ipN, wantN) || !slices.Equal(ipF, wantF) {
 					t.Fatalf("%s: the plugin reports a repair, but ip and bridge read %v %v (%v), want %v %v", d.name, ipN, ipF, err, wantN, wantF)
 				}
@@ -104,7 +104,7 @@ func TestDriftRepaired(t *testing.T) {
 			}
 			if time.Since(start) > repairWithin {
 				t.Fatalf("%s: not repaired and counted as %s within %v: %s (count %d, was %d)\n%s",
-					d.name, d.kind, repairWithin, why, repairs(t, n1, d.kind), before, n1.plugin.LogTail(20))
+					d.name, d.kind, repairWithin, why, repairs(t, n1, d.kind), before, n1.Plugin.LogTail(20))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -18,7 +18,7 @@ import (
 
 // survivingPlugin keeps its sandboxes across its own restarts, as a
 // managed plugin's on the host's /run/overlay-plugin do.
-var survivingPlugin = testbed.PluginConfig{Args: adminFedPlugin.Args, SandboxesOutlive: true}
+var survivingPlugin = testbed.PluginConfig{SandboxesOutlive: true}
 
 // TestDamagedStateKeepsContainers: a plugin whose state.db is damaged (0
 // bytes, truncated, garbled pages or meta page) or of a newer schema
@@ -31,14 +31,14 @@ func TestDamagedStateKeepsContainers(t *testing.T) {
 	requireTestbed(t)
 	c := setupWith(t, testbed.IPv4, 2, survivingPlugin)
 	n1, n2 := c.nodes[0], c.nodes[1]
-	dst, _ := n2.ctr.Addr(testbed.IPv4)
-	if err := n1.ctr.PingUntil(dst, firstPing); err != nil {
+	dst, _ := n2.ep.Ctr.Addr(testbed.IPv4)
+	if err := n1.ep.Ctr.PingUntil(dst, firstPing); err != nil {
 		t.Fatal(err)
 	}
-	if err := n1.plugin.Stop(0); err != nil {
+	if err := n1.Plugin.Stop(0); err != nil {
 		t.Fatal(err)
 	}
-	dbPath := filepath.Join(n1.plugin.StateDir, "state.db")
+	dbPath := filepath.Join(n1.Plugin.StateDir, "state.db")
 	good, err := os.ReadFile(dbPath)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestDamagedStateKeepsContainers(t *testing.T) {
 			if err := os.WriteFile(dbPath, bad, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			p, err := n1.host.StartPlugin(survivingPlugin)
+			p, err := n1.StartPlugin(n1.Config)
 			if err == nil {
 				t.Fatalf("plugin started on a damaged state.db (pid %d)", p.Pid())
 			}
@@ -79,18 +79,18 @@ func TestDamagedStateKeepsContainers(t *testing.T) {
 
 	// A network record this build cannot read: the plugin starts, adopts
 	// the sandbox with its joined endpoint, and leaves the record alone.
-	record := []byte(`{"id":"` + c.netID + `","vni":` + strconv.Itoa(int(c.vni)) + `,"subnets":[],"future":1}`)
-	if err := os.WriteFile(dbPath, withRecord(t, good, c.netID, record), 0o600); err != nil {
+	record := []byte(`{"id":"` + c.nw.ID + `","vni":` + strconv.Itoa(int(c.nw.VNI)) + `,"subnets":[],"future":1}`)
+	if err := os.WriteFile(dbPath, withRecord(t, good, c.nw.ID, record), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n1.plugin = startAdopting(t, n1, c, dst)
-	if st, err := n1.plugin.Network(c.netID); err != nil || len(st.Endpoints) != 1 || !st.Endpoints[0].Joined {
+	n1.Plugin = startAdopting(t, n1, c, dst)
+	if st, err := n1.Plugin.Network(c.nw.ID); err != nil || len(st.Endpoints) != 1 || !st.Endpoints[0].Joined {
 		t.Fatalf("endpoint of the unreadable network: %+v %v", st, err)
 	}
-	if err := n1.plugin.Stop(0); err != nil {
+	if err := n1.Plugin.Stop(0); err != nil {
 		t.Fatal(err)
 	}
-	if got := readRecord(t, dbPath, c.netID); !bytes.Equal(got, record) {
+	if got := readRecord(t, dbPath, c.nw.ID); !bytes.Equal(got, record) {
 		t.Fatalf("the unreadable record was rewritten: %s", got)
 	}
 
@@ -98,24 +98,24 @@ func TestDamagedStateKeepsContainers(t *testing.T) {
 	if err := os.Rename(dbPath, dbPath+".bad"); err != nil {
 		t.Fatal(err)
 	}
-	n1.plugin = startAdopting(t, n1, c, dst)
+	n1.Plugin = startAdopting(t, n1, c, dst)
 	// h1 is the leader: the lost network's VNI is not handed out again.
 	other := testbed.SwarmID()
-	alloc, err := n1.plugin.API.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: other, Options: map[string]string{}})
+	alloc, err := n1.Plugin.API.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: other, Options: map[string]string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if alloc.Options["vxlanid_list"] == strconv.Itoa(int(c.vni)) {
-		t.Fatalf("VNI %d of the running network handed out again", c.vni)
+	if alloc.Options["vxlanid_list"] == strconv.Itoa(int(c.nw.VNI)) {
+		t.Fatalf("VNI %d of the running network handed out again", c.nw.VNI)
 	}
-	if err := n1.plugin.API.FreeNetwork(&api.FreeNetworkRequest{NetworkID: other}); err != nil {
+	if err := n1.Plugin.API.FreeNetwork(&api.FreeNetworkRequest{NetworkID: other}); err != nil {
 		t.Fatal(err)
 	}
 	// Gossip would tell the restarted plugin its peer again.
-	if err := n1.plugin.Admin.AddPeer(c.netID, n2.peer()); err != nil {
+	if err := n1.Plugin.Admin.AddPeer(c.nw.ID, n2.ep.Peer()); err != nil {
 		t.Fatalf("AddPeer to the adopted network: %v", err)
 	}
-	if err := n1.ctr.PingUntil(dst, firstPing); err != nil {
+	if err := n1.ep.Ctr.PingUntil(dst, firstPing); err != nil {
 		t.Fatal(err)
 	}
 	// Docker's calls for the old container succeed and clean up.
@@ -126,12 +126,12 @@ func TestDamagedStateKeepsContainers(t *testing.T) {
 // c's network: the container's interface stays and its traffic flows.
 func startAdopting(t *testing.T, n *node, c *cluster, dst netip.Addr) *testbed.Plugin {
 	t.Helper()
-	p, err := n.host.StartPlugin(survivingPlugin)
+	p, err := n.StartPlugin(n.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := p.Network(c.netID)
-	if err != nil || st.Sandbox != c.netID || st.VNI != c.vni {
+	st, err := p.Network(c.nw.ID)
+	if err != nil || st.Sandbox != c.nw.ID || st.VNI != c.nw.VNI {
 		t.Fatalf("running sandbox not adopted: %+v %v\n%s", st, err, p.LogTail(40))
 	}
 	checkContainerKept(t, n, dst)
@@ -142,14 +142,14 @@ func startAdopting(t *testing.T, n *node, c *cluster, dst netip.Addr) *testbed.P
 // reaches dst.
 func checkContainerKept(t *testing.T, n *node, dst netip.Addr) {
 	t.Helper()
-	links, err := n.ctr.Links()
+	links, err := n.ep.Ctr.Links()
 	if err != nil || len(links) != 2 {
 		t.Fatalf("container interfaces: %v %v, want lo and its overlay interface", links, err)
 	}
-	if files, err := os.ReadDir(n.plugin.SandboxDir); err != nil || len(files) != 1 {
+	if files, err := os.ReadDir(n.Plugin.SandboxDir); err != nil || len(files) != 1 {
 		t.Fatalf("sandbox mounts: %v %v", files, err)
 	}
-	if err := n.ctr.PingUntil(dst, 5*time.Second); err != nil {
+	if err := n.ep.Ctr.PingUntil(dst, 5*time.Second); err != nil {
 		t.Fatalf("traffic stopped: %v", err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 // run is the simulation; it fills res, having failed t on any correctness
@@ -63,14 +65,14 @@ func run(t *testing.T, p params, res *results) {
 	}
 
 	// Membership: every host sees every host alive.
-	if !waitFor(p.Timeout, 20*time.Millisecond, func() bool {
+	if wait.Until(p.Timeout, 20*time.Millisecond, wait.Bool(func() bool {
 		for _, n := range nodes {
 			if n.c.Stats().MembersAlive != p.Nodes {
 				return false
 			}
 		}
 		return true
-	}) {
+	})) != nil {
 		t.Fatalf("membership not formed within %v: %s", p.Timeout, health(nodes, p.Nodes))
 	}
 	res.Phases.Membership = total.span()
@@ -82,7 +84,7 @@ func run(t *testing.T, p params, res *results) {
 	createNetworks(t, nodes, l)
 	if p.Warm > 0 {
 		joinWave(t, nodes, tr, l.order[:p.Warm])
-		if !waitFor(p.Timeout, 10*time.Millisecond, func() bool { return tr.complete.Load() == int64(p.Warm) }) {
+		if wait.Until(p.Timeout, 10*time.Millisecond, wait.Bool(func() bool { return tr.complete.Load() == int64(p.Warm) })) != nil {
 			t.Fatalf("the %d warm endpoints did not converge within %v", p.Warm, p.Timeout)
 		}
 		tr.complete.Store(0)
@@ -109,7 +111,7 @@ func run(t *testing.T, p params, res *results) {
 
 	// Convergence: every endpoint programmed on every host of its network.
 	lastLog := startWatch()
-	ok := waitFor(p.Timeout, 10*time.Millisecond, func() bool {
+	ok := wait.Until(p.Timeout, 10*time.Millisecond, wait.Bool(func() bool {
 		if time.Since(lastLog.at) >= 5*time.Second {
 			s := lastLog.span()
 			t.Logf("t+%v (%v real): %d/%d endpoints programmed everywhere; %.2f cores per simulated second; %s", time.Since(roll.at).Round(time.Second),
@@ -117,7 +119,7 @@ func run(t *testing.T, p params, res *results) {
 			lastLog = startWatch()
 		}
 		return tr.complete.Load() == int64(len(measured))
-	})
+	})) == nil
 	res.Phases.Convergence = roll.span()
 	stopProfile()
 	trafficConv := snapTraffic(nodes)
@@ -266,17 +268,6 @@ func closeAll(nodes []*node) {
 		}
 	}
 	wg.Wait()
-}
-
-func waitFor(timeout, every time.Duration, f func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !f() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(every)
-	}
-	return true
 }
 
 // startProfile starts the CPU profile of the rollout if asked for; the
