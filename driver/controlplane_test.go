@@ -25,9 +25,9 @@ type recordingCP struct {
 	forgotten []netip.Addr
 	// alone: Connected stays open (no other host reachable) until
 	// connect is closed.
-	alone   bool
-	connect chan struct{}
-	snapshot  []peerdb.Peer
+	alone    bool
+	connect  chan struct{}
+	snapshot []peerdb.Peer
 }
 
 func (c *recordingCP) Publish(nid string, p peerdb.Peer) {
