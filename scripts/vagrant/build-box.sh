@@ -39,11 +39,20 @@ mirror=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/d
 root=$dir/root
 pkgs=linux-image-amd64,initramfs-tools,systemd-sysv,udev,dbus,openssh-server,sudo,ifupdown,isc-dhcp-client
 pkgs+=,docker.io,containerd,runc,iptables,busybox-static,iproute2,jq,make,git,rsync,ca-certificates,curl,kmod,procps,less
-if [[ ! -e $dir/root.done ]]; then
+# Debian's kernel enables AppArmor, and dockerd then refuses to start any
+# container without apparmor_parser (the upstream box has it: priority standard).
+pkgs+=,apparmor
+# The tree is reused while the package list is the same.
+if [[ $(cat "$dir/root.done" 2>/dev/null) != "$pkgs" ]]; then
 	rm -rf "$root" && mkdir -p "$root"
 	log "debootstrap bookworm from $mirror (several minutes)"
 	debootstrap --variant=minbase --include="$pkgs" bookworm "$root" "$mirror"
-	touch "$dir/root.done"
+	echo "$pkgs" >"$dir/root.done"
+fi
+# The box is rebuilt only when its inputs changed (run.sh calls this always).
+stamp="$pkgs $(cat "$here/configure-root.sh" "$here/box.Vagrantfile" | sha256sum | cut -c1-16)"
+if [[ $(cat "$dir/box.done" 2>/dev/null) == "$stamp" ]] && vagrant box list | grep -q "^$name "; then
+	log "box $name is up to date"; exit 0
 fi
 bash "$here/configure-root.sh" "$root"
 
@@ -61,4 +70,8 @@ log "packing and adding box $name"
 # Uncompressed: qcow2 is sparse already, and gzip costs minutes on 2 cores.
 tar -C "$box" -cf "$dir/box.box" metadata.json Vagrantfile box.img vmlinuz initrd.img
 vagrant box add --force --name "$name" --provider libvirt "$dir/box.box"
+# vagrant-libvirt reuses an uploaded base volume of the same box version:
+# drop the old one (it is uploaded again at the next up).
+rm -f /var/lib/libvirt/images/"${name//\//-VAGRANTSLASH-}"_vagrant_box_image_*
+echo "$stamp" >"$dir/box.done"
 log "done: $name"

@@ -12,7 +12,7 @@ export VAGRANT_BOX=${VAGRANT_BOX:-overlay/bookworm64}
 export VAGRANT_DEFAULT_PROVIDER=libvirt
 log() { printf '%s [vagrant] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
-vagrant box list 2>/dev/null | grep -q "^$VAGRANT_BOX " || bash "$here/build-box.sh"
+VAGRANT_BOX_NAME=$VAGRANT_BOX bash "$here/build-box.sh"
 make -C "$root" build >&2
 bash "$here/libvirt-ns.sh" start
 cleanup() {
