@@ -63,7 +63,7 @@ stop() {
 		kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
 		log "libvirtd (pid $pid) stopped"
 	fi
-	rm -f "$pidf"
+	rm -rf "$state"
 	if ip netns list | grep -qx "$ns\( .*\)\?"; then ip netns del "$ns" && log "netns $ns removed"; fi
 }
 
