@@ -67,17 +67,6 @@ e2e_kernel_has_esp() {
 	ip -n "$E2E_PREFIX-sw" xfrm state flush
 }
 
-# e2e_build_plugin: bin/overlay-plugin (make build) and build/plugin.
-e2e_build_plugin() {
-	if [[ ${E2E_SKIP_BUILD:-0} == 1 && -f $E2E_ROOT/build/plugin/config.json ]]; then
-		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin as is"
-		return 0
-	fi
-	log "make build"
-	make -C "$E2E_ROOT" build >&2 || return 1
-	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin"
-}
-
 # e2e_check_clean: after cleanup, nothing of this run may be left.
 e2e_check_clean() {
 	local left=() i

@@ -99,6 +99,17 @@ e2e_install_packages() {
 	E2E_DOCKERD=$(command -v dockerd)
 }
 
+# e2e_build_plugin: bin/overlay-plugin (make build) and build/plugin.
+e2e_build_plugin() {
+	if [[ ${E2E_SKIP_BUILD:-0} == 1 && -f $E2E_ROOT/build/plugin/config.json ]]; then
+		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin as is"
+		return 0
+	fi
+	log "make build"
+	make -C "$E2E_ROOT" build >&2 || return 1
+	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin"
+}
+
 # ---------------------------------------------------------------- helpers
 
 # e2e_dk I ARGS...: docker CLI of node I (0-based).
