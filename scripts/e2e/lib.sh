@@ -61,9 +61,11 @@ e2e_run() {
 	return "$rc"
 }
 
-# e2e_wait SECONDS DESCRIPTION CMD...: poll CMD every 0.5 s until it succeeds.
+# e2e_wait SECONDS DESCRIPTION CMD...: poll CMD every 0.5 s until it succeeds,
+# for SECONDS times E2E_TIME_SCALE (1; more where everything is slower, as
+# under emulation).
 e2e_wait() {
-	local limit=$1 what=$2; shift 2
+	local limit=$(($1 * ${E2E_TIME_SCALE:-1})) what=$2; shift 2
 	local end=$((SECONDS + limit))
 	until "$@" >/dev/null 2>&1; do
 		if ((SECONDS >= end)); then
