@@ -82,7 +82,7 @@ e2e_wait() {
 # missing (apt-get update once, only when something is missing).
 e2e_install_packages() {
 	local -A need=([dockerd]=docker.io [containerd]=containerd [runc]=runc [iptables]=iptables
-		[ip]=iproute2 [nsenter]=util-linux [unshare]=util-linux [jq]=jq)
+		[ip]=iproute2 [nsenter]=util-linux [unshare]=util-linux [jq]=jq [tcpdump]=tcpdump)
 	local missing=() c
 	for c in "${!need[@]}"; do
 		command -v "$c" >/dev/null || missing+=("${need[$c]}")
@@ -189,6 +189,9 @@ e2e_topology() {
 			ip netns exec "$(e2e_node_ns 0)" busybox ping -c1 -W1 "$(e2e_node_addr "$i")" || die "underlay is not working"
 	done
 	log "underlay up"
+	# Every node's underlay traffic crosses br0: the checks' capture point
+	# (scripts/e2e/checks.sh, ck_capture_start).
+	E2E_WIRE="ip netns exec $sw" E2E_WIRE_IF=br0
 }
 
 # ---------------------------------------------------------------- dockerd
