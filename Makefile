@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GOEXPERIMENT ?= runtimesecret
 export GOEXPERIMENT
 
-.PHONY: all build demo test test-go test-unit test-vm vm-smoke bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet clean
+.PHONY: all build demo test test-go test-unit test-vm test-vm-docker vm-smoke bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet clean
 
 all: build
 
@@ -24,8 +24,9 @@ build:
 demo: build
 	bash scripts/demo.sh
 
-# The whole suite, every layer: the Go tests, the VM, the Docker swarm
-# (scripts/test.sh; TEST_LAYERS="go vm docker" selects). Root: without it
+# The whole suite, every layer: the Go tests, the VM, the Docker swarm, the
+# Docker swarm in the VM (scripts/test.sh; TEST_LAYERS="go vm docker
+# vm-docker" selects). Root: without it
 # the privileged layers skip with a printed reason and the run fails.
 test:
 	bash scripts/test.sh
@@ -51,6 +52,12 @@ test-vm: build
 	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) OVERLAY_TEST_REQUIRE=encrypted OVERLAY_VM_PASSENV=OVERLAY_TEST_REQUIRE \
 		scripts/vm/go-tests.sh \
 		build/vm/encryption.test build/vm/encrypted.test -- -test.v -test.count=1
+
+# Encrypted networks under a real Docker swarm on a kernel with ESP:
+# scripts/e2e-docker.sh's checks inside the test VM (scripts/e2e-docker-vm.sh).
+# Root; installs what the Docker layer and the VM need.
+test-vm-docker:
+	bash scripts/e2e-docker-vm.sh
 
 vm-smoke:
 	scripts/vm/run.sh scripts/vm/smoke.sh
