@@ -769,23 +769,31 @@ ck_metrics() {
 	ck_hx "$1" curl -sf --unix-socket "$src/admin.sock" http://plugin/metrics
 }
 
-check_plugin_attachable() {
-	ck_nodes "$@"
-	ck_network e2e-att "$E2E_PLUGIN" --attachable || { ck_fail "network create --attachable: $CK_LAST_ERROR"; return 1; }
-	local i j out rc fails=0
-	local -a cid ip host
+# ck_web_containers NET NAME: a container NAME-<i> on every node i (docker
+# run), on NET, serving its node's host name over HTTP on $CK_PORT; fills
+# the caller's arrays cid, ip and host.
+ck_web_containers() {
+	local net=$1 name=$2 i out
 	for ((i = 0; i < CK_N; i++)); do
 		host[i]=$(ck_dk "$i" info -f '{{.Name}}')
-		out=$(ck_dk "$i" run -d --name "e2e-att-$i" --hostname "${host[i]}" --network e2e-att "$E2E_IMAGE" \
+		out=$(ck_dk "$i" run -d --name "$name-$i" --hostname "${host[i]}" --network "$net" "$E2E_IMAGE" \
 			sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) || {
-			ck_fail "docker run --network e2e-att on ${host[i]}: $out"
+			ck_fail "docker run --network $net on ${host[i]}: $out"
 			return 1
 		}
-		CK_CONTAINERS+=("$i:e2e-att-$i")
+		CK_CONTAINERS+=("$i:$name-$i")
 		cid[i]=$out
-		ip[i]=$(ck_ip "$i" "${cid[i]}" e2e-att)
-		ck_log "container e2e-att-$i on ${host[i]}: ${ip[i]}"
+		ip[i]=$(ck_ip "$i" "${cid[i]}" "$net")
+		ck_log "container $name-$i on ${host[i]}: ${ip[i]}"
 	done
+}
+
+# ck_containers_mesh NAME [names]: the caller's ck_web_containers NAME
+# reach each other across hosts by address; with "names", by container name
+# too (Docker's embedded DNS must give the container's address), otherwise
+# what the name resolves to is only noted.
+ck_containers_mesh() {
+	local name=$1 names=${2:-} i j out rc fails=0
 	for ((i = 0; i < CK_N; i++)); do
 		for ((j = 0; j < CK_N; j++)); do
 			((i == j)) && continue
@@ -796,12 +804,27 @@ check_plugin_attachable() {
 			else
 				ck_log "${host[i]} -> ${host[j]} (${ip[j]}): ok"
 			fi
-			# By container name (informational: swarm-scope service discovery).
-			out=$(ck_resolve "$i" "${cid[i]}" "e2e-att-$j" | tr '\n' ' ')
-			ck_log "note: ${host[i]} resolves e2e-att-$j to [${out}]"
+			if [[ $names != names ]]; then
+				out=$(ck_resolve "$i" "${cid[i]}" "$name-$j" | tr '\n' ' ')
+				ck_log "note: ${host[i]} resolves $name-$j to [${out}]"
+			elif out=$(ck_retry 15 ck_resolve_n "$i" "${cid[i]}" "$name-$j" 1) && [[ $out == "${ip[j]}" ]]; then
+				ck_log "${host[i]} -> $name-$j by name: ${ip[j]}"
+			else
+				ck_fail "${host[i]}: $name-$j resolves to [$(tr '\n' ' ' <<<"$out")], want ${ip[j]}"
+				fails=1
+			fi
 		done
 	done
 	return "$fails"
+}
+
+check_plugin_attachable() {
+	ck_nodes "$@"
+	ck_network e2e-att "$E2E_PLUGIN" --attachable || { ck_fail "network create --attachable: $CK_LAST_ERROR"; return 1; }
+	local -a cid ip host
+	ck_web_containers e2e-att e2e-att || return 1
+	# By container name only noted: swarm-scope service discovery.
+	ck_containers_mesh e2e-att
 }
 
 check_plugin_encrypted() {
@@ -868,43 +891,17 @@ check_plugin_encrypted() {
 # not one VXLAN packet of the network's VNI in clear.
 ck_encrypted_esp() {
 	ck_have_hostx || { ck_fail "E2E_HOSTX is needed to read the hosts' xfrm state"; return 1; }
-	local i j out rc vni fails=0 after states names
+	local i vni fails=0 after states
 	local -a before cid ip host
 	ck_capture_start || return 1
 	ck_network e2e-enc "$E2E_PLUGIN" --attachable --opt encrypted || { ck_fail "network create --opt encrypted: $CK_LAST_ERROR"; return 1; }
 	ck_web_service e2e-enc --mode global --network e2e-enc || return 1
-	for ((i = 0; i < CK_N; i++)); do
-		host[i]=$(ck_dk "$i" info -f '{{.Name}}')
-		cid[i]=$(ck_dk "$i" run -d --name "e2e-enc-c$i" --hostname "${host[i]}" --network e2e-enc "$E2E_IMAGE" \
-			sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) \
-			|| { ck_fail "docker run --network e2e-enc on ${host[i]}: ${cid[i]}"; return 1; }
-		CK_CONTAINERS+=("$i:e2e-enc-c$i")
-		ip[i]=$(ck_ip "$i" "${cid[i]}" e2e-enc)
-	done
+	ck_web_containers e2e-enc e2e-enc-c || return 1
 	ck_wait_tasks e2e-enc 1 || return 1
 	vni=$(ck_vni 0 e2e-enc) || { ck_fail "node 0: overlay-plugin state has no VNI for e2e-enc"; return 1; }
 	for ((i = 0; i < CK_N; i++)); do before[i]=$(ck_xfrm_packets "$i"); done
 	ck_mesh e2e-enc e2e-enc || return 1
-	# The attachable containers: by address, and by container name through
-	# Docker's embedded DNS (the address it gives must be the container's).
-	for ((i = 0; i < CK_N; i++)); do
-		for ((j = 0; j < CK_N; j++)); do
-			((i == j)) && continue
-			out=$(ck_get "$i" "${cid[i]}" "${ip[j]}") && rc=0 || rc=$?
-			if ((rc)) || [[ $out != "${host[j]}" ]]; then
-				ck_fail "container on ${host[i]} -> container on ${host[j]} (${ip[j]}): rc=$rc body='${out:0:200}'"
-				fails=1
-			fi
-			names=$(ck_retry 15 ck_resolve_n "$i" "${cid[i]}" "e2e-enc-c$j" 1)
-			if [[ $names != "${ip[j]}" ]]; then
-				ck_fail "container on ${host[i]}: e2e-enc-c$j resolves to [$(tr '\n' ' ' <<<"$names")], want ${ip[j]}"
-				fails=1
-			else
-				ck_log "container on ${host[i]} -> e2e-enc-c$j on ${host[j]} by address and by name (${ip[j]}): ok"
-			fi
-		done
-	done
-	((fails)) && return 1
+	ck_containers_mesh e2e-enc-c names || return 1
 	for ((i = 0; i < CK_N; i++)); do
 		after=$(ck_xfrm_packets "$i")
 		states=$(ck_hx "$i" ip xfrm state list 2>/dev/null | grep -c 'proto esp')
