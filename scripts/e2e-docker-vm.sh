@@ -34,5 +34,5 @@ E2E_SKIP_BUILD=0 e2e_build_plugin || die "building the plugin failed"
 # included (check_readme_docker), and the plugin's logs (check_plugin_logs).
 export E2E_CHECKS=${E2E_CHECKS:-check_readme_docker check_plugin_encrypted check_disable_enable check_plugin_logs}
 export OVERLAY_VM_MEM=${OVERLAY_VM_MEM:-3072} OVERLAY_VM_TIMEOUT=${OVERLAY_VM_TIMEOUT:-2400}
-export OVERLAY_VM_PASSENV="${OVERLAY_VM_PASSENV:-} E2E_CHECKS E2E_KEEP_TMP"
+export OVERLAY_VM_PASSENV="${OVERLAY_VM_PASSENV:-} E2E_CHECKS"
 exec "$here/vm/run.sh" "$here/vm/e2e-docker-guest.sh"
