@@ -14,7 +14,7 @@
 #
 # Environment: E2E_CHECKS (the check functions, default below), and
 # OVERLAY_VM_* (scripts/vm/run.sh; defaults here: 3 GiB, 2 CPUs, multi-threaded
-# TCG, a 40-minute limit). Prints scripts/e2e-docker.sh's results, then
+# TCG, a 60-minute limit). Prints scripts/e2e-docker.sh's results, then
 # `VM: PASS` or `VM: FAIL (...)`; exits non-zero on any failure.
 set -euo pipefail
 
@@ -33,6 +33,6 @@ E2E_SKIP_BUILD=0 e2e_build_plugin || die "building the plugin failed"
 # (check_disable_enable), the README's example as written, --opt encrypted
 # included (check_readme_docker), and the plugin's logs (check_plugin_logs).
 export E2E_CHECKS=${E2E_CHECKS:-check_readme_docker check_plugin_encrypted check_disable_enable check_plugin_logs}
-export OVERLAY_VM_MEM=${OVERLAY_VM_MEM:-3072} OVERLAY_VM_TIMEOUT=${OVERLAY_VM_TIMEOUT:-2400}
+export OVERLAY_VM_MEM=${OVERLAY_VM_MEM:-3072} OVERLAY_VM_TIMEOUT=${OVERLAY_VM_TIMEOUT:-3600}
 export OVERLAY_VM_PASSENV="${OVERLAY_VM_PASSENV:-} E2E_CHECKS"
 exec "$here/vm/run.sh" "$here/vm/e2e-docker-guest.sh"
