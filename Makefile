@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GOEXPERIMENT ?= runtimesecret
 export GOEXPERIMENT
 
-.PHONY: all build demo test test-go test-unit test-vm vm-smoke test-vagrant bench bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet clean
+.PHONY: all build demo test test-go test-unit test-vm test-vm-docker vm-smoke test-vagrant bench bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet clean
 
 all: build
 
@@ -27,8 +27,9 @@ demo: $(if $(OVERLAY_PLUGIN_BIN),,build)
 	CGO_ENABLED=0 $(GO) build -o bin/demo ./internal/demo/cmd
 	OVERLAY_PLUGIN_BIN=$(or $(OVERLAY_PLUGIN_BIN),$(CURDIR)/$(BIN)) bin/demo $(DEMO_ARGS)
 
-# The whole suite, every layer: the Go tests, the VM, the Docker swarm
-# (scripts/test.sh; TEST_LAYERS="go vm docker" selects). Root: without it
+# The whole suite, every layer: the Go tests, the VM, the Docker swarm, the
+# Docker swarm in the VM (scripts/test.sh; TEST_LAYERS="go vm docker
+# vm-docker" selects). Root: without it
 # the privileged layers skip with a printed reason and the run fails.
 test:
 	bash scripts/test.sh
@@ -62,6 +63,12 @@ test-vm: build
 # for how long it takes).
 test-vagrant:
 	bash scripts/vagrant/run.sh
+
+# Encrypted networks under a real Docker swarm on a kernel with ESP:
+# scripts/e2e-docker.sh's checks inside the test VM (scripts/e2e-docker-vm.sh).
+# Root; installs what the Docker layer and the VM need.
+test-vm-docker:
+	bash scripts/e2e-docker-vm.sh
 
 vm-smoke:
 	scripts/vm/run.sh scripts/vm/smoke.sh

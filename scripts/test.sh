@@ -8,12 +8,15 @@
 #           this machine's kernel has no ESP (make test-vm)
 #   docker  a real Docker engine and two-node swarm, each dockerd in a
 #           namespace of its own (scripts/e2e-docker.sh)
+#   vm-docker  the same swarm inside the VM, whose kernel has ESP: encrypted
+#           networks working, rotating keys, never in clear on the wire
+#           (scripts/e2e-docker-vm.sh, make test-vm-docker)
 # Every layer runs even if an earlier one failed, so one run shows them all.
-# The vm and docker layers need root: without it they are reported SKIPPED
+# The vm, docker and vm-docker layers need root: without it they are reported SKIPPED
 # with the reason, and a skip is never a pass. Exit status: non-zero if any
 # layer failed or was skipped.
 #
-# TEST_LAYERS="go vm docker" (the default) selects layers.
+# TEST_LAYERS="go vm docker vm-docker" (the default) selects layers.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,7 +26,7 @@ log() { printf '==> %s\n' "$*"; }
 declare -a passed=() failed=() skipped=()
 layer() {
 	local name=$1; shift
-	if [[ " ${TEST_LAYERS:-go vm docker} " != *" $name "* ]]; then
+	if [[ " ${TEST_LAYERS:-go vm docker vm-docker} " != *" $name "* ]]; then
 		return
 	fi
 	if [[ $name != go && $(id -u) -ne 0 ]]; then
@@ -45,6 +48,7 @@ layer() {
 layer go make --no-print-directory test-go
 layer vm make --no-print-directory test-vm
 layer docker bash scripts/e2e-docker.sh
+layer vm-docker bash scripts/e2e-docker-vm.sh
 
 log "layers passed: ${passed[*]:-none}; failed: ${failed[*]:-none}; skipped: ${skipped[*]:-none}"
 ((${#failed[@]} == 0 && ${#skipped[@]} == 0))

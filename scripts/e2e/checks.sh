@@ -13,11 +13,16 @@
 #   check_plugin_service   (a) plugin network, global dnsrr service, by address and tasks.<svc>;
 #                          the metrics on each node's admin socket
 #   check_plugin_attachable (b) --attachable plugin network used by docker run on every node
-#   check_plugin_encrypted (c) --opt encrypted: a clear error without ESP, ESP traffic with it
+#   check_plugin_encrypted (c) --opt encrypted: a clear error without ESP; with it, a
+#                          service and containers talking by address and name over ESP,
+#                          a forced key rotation under a sequenced stream losing
+#                          nothing, no VXLAN of the network in clear on the wire, and
+#                          no SA, policy or nft table left once it is removed
 #   check_coexistence      (d) Docker's overlay and a plugin network side by side
 #   check_teardown         (e) scale up/down, service rm, network rm leave nothing behind
 #   check_disable_enable   (f) docker plugin disable -f / enable with tasks running
-#                          (on an encrypted network where the kernel has ESP)
+#                          (on an encrypted network where the kernel has ESP, and
+#                          then nothing of it in clear on the wire)
 #   check_plugin_logs      (g) dockerd logs the plugin's lines at the plugin's level,
 #                          and no worker's dockerd is asked GET /nodes by the plugin
 #   check_plugin_vip       (h) default-mode (VIP) services: balanced by name from every
@@ -32,6 +37,10 @@
 #   E2E_EXPECT_ESP   1: the kernel has ESP and encrypted networks must work;
 #                    0: they must fail with an error naming the missing support
 #   E2E_TASK_TIMEOUT seconds to wait for tasks (default 90)
+#   E2E_TIME_SCALE   factor for the other waits (default 1; the test VM's is larger)
+#   E2E_WIRE, E2E_WIRE_IF  a command prefix running where every node's underlay
+#                    traffic passes, and the interface to capture on there;
+#                    needed by (c) and (f) with ESP
 #   E2E_ON_FAIL      name of a function called after a failed check (log dumps)
 #   E2E_NODE_LOG     name of a function printing node i's dockerd log (with the
 #                    plugin's lines), for failure reports
@@ -104,9 +113,10 @@ ck_have_hostx() {
 	for ((i = 0; i < CK_N; i++)); do [[ -n ${E2E_HOSTX[$i]:-} ]] || return 1; done
 }
 
-# ck_retry SECONDS CMD...: run CMD until it succeeds (output of the last try).
+# ck_retry SECONDS CMD...: run CMD until it succeeds (output of the last
+# try), for SECONDS times E2E_TIME_SCALE.
 ck_retry() {
-	local limit=$1; shift
+	local limit=$(($1 * ${E2E_TIME_SCALE:-1})); shift
 	local end=$((SECONDS + limit)) out rc
 	while :; do
 		out=$("$@" 2>&1) && rc=0 || rc=$?
@@ -119,9 +129,19 @@ ck_retry() {
 }
 
 # Resources a check creates are removed when its subshell exits
-# (CK_IMAGES: "node:image" made by the check).
-CK_SERVICES=() CK_NETWORKS=() CK_CONTAINERS=() CK_IMAGES=()
+# (CK_IMAGES: "node:image" made by the check; CK_PIDS: its background
+# processes, a capture or a stream; CK_FILES: its temporary files).
+CK_SERVICES=() CK_NETWORKS=() CK_CONTAINERS=() CK_IMAGES=() CK_PIDS=() CK_FILES=()
 ck_teardown() {
+	local p
+	for p in "${CK_PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+	ck_remove
+	if ((${#CK_FILES[@]})); then rm -f "${CK_FILES[@]}"; fi
+}
+
+# ck_remove: remove the check's services, containers, networks and images
+# (and forget them).
+ck_remove() {
 	local s n c i
 	for s in "${CK_SERVICES[@]}"; do ck_dk 0 service rm "$s" >/dev/null 2>&1; done
 	for c in "${CK_CONTAINERS[@]}"; do ck_dk "${c%%:*}" rm -f "${c#*:}" >/dev/null 2>&1; done
@@ -141,6 +161,7 @@ ck_teardown() {
 		done
 	done
 	for c in "${CK_IMAGES[@]}"; do ck_dk "${c%%:*}" rmi -f "${c#*:}" >/dev/null 2>&1; done
+	CK_SERVICES=() CK_NETWORKS=() CK_CONTAINERS=() CK_IMAGES=()
 }
 
 # ck_all_task_containers SVC: "node:cid" of SVC's containers on all nodes.
@@ -349,7 +370,20 @@ fi
 vx | sed 's/^/vxlan device in host netns: /'
 ip xfrm state list 2>/dev/null | grep -E '^src ' | sed 's/^/xfrm state: /'
 ip xfrm policy list 2>/dev/null | grep -E '^src ' | sed 's/^/xfrm policy: /'
+nft list tables 2>/dev/null | grep -w overlay_plugin | sed 's/^/nft: /'
 EOF
+}
+
+# ck_no_leftovers I SECONDS: wait up to SECONDS until ck_host_leftovers
+# finds nothing on node I; fails with what is left.
+ck_no_leftovers() {
+	local i=$1 end=$((SECONDS + $2)) left
+	while left=$(ck_host_leftovers "$i") && [[ -n $left ]] && ((SECONDS < end)); do sleep 1; done
+	if [[ -n $left ]]; then
+		ck_fail "node $i, $2 s after the network was removed: $(tr '\n' ';' <<<"$left")"
+		return 1
+	fi
+	ck_log "node $i: no sandbox, VXLAN device, FDB entry, xfrm state or policy, nor nft table left"
 }
 
 # ck_host_sandboxes I: number of netns files in the plugin's sandbox dir.
@@ -371,6 +405,150 @@ ck_host_fdb() {
 # ck_xfrm_packets I: packets counted by all xfrm states on node I's host.
 ck_xfrm_packets() {
 	ck_hx "$1" ip -s xfrm state list 2>/dev/null | awk '/lifetime current:/ {getline; for (k = 1; k <= NF; k++) if ($k ~ /\(packets\)/) {sub(/\(packets\)/, "", $k); s += $k}} END {print s + 0}'
+}
+
+# ------------------------------------------------------------------ the wire
+
+# E2E_WIRE runs a command where every node's underlay traffic passes
+# (scripts/e2e-docker.sh: "ip netns exec <its switch namespace>"), and
+# E2E_WIRE_IF is the interface to listen on there: what an eavesdropper on
+# the underlay sees, not what a node's own stack shows.
+
+# ck_capture_start: tcpdump of VXLAN (UDP 4789) and ESP on the wire, headers
+# only, into CK_CAPTURE, until ck_capture_verify (or the check's end).
+ck_capture_start() {
+	[[ -n ${E2E_WIRE:-} && -n ${E2E_WIRE_IF:-} ]] || { ck_fail "E2E_WIRE and E2E_WIRE_IF are needed to watch the underlay"; return 1; }
+	command -v tcpdump >/dev/null || { ck_fail "tcpdump is needed to watch the underlay"; return 1; }
+	local -a w
+	read -ra w <<<"$E2E_WIRE"
+	CK_CAPTURE=$(mktemp --suffix=.pcap)
+	CK_FILES+=("$CK_CAPTURE" "$CK_CAPTURE.log")
+	# -Z root: tcpdump would otherwise drop to a user that cannot write here.
+	"${w[@]}" tcpdump -i "$E2E_WIRE_IF" -nn -s 128 -U -Z root -w "$CK_CAPTURE" 'udp port 4789 or ip proto 50' 2>"$CK_CAPTURE.log" &
+	CK_CAPTURE_PID=$!
+	CK_PIDS+=("$CK_CAPTURE_PID")
+	ck_retry 30 grep -q 'listening on' "$CK_CAPTURE.log" >/dev/null \
+		|| { ck_fail "tcpdump on $E2E_WIRE_IF did not start: $(tr '\n' ' ' <"$CK_CAPTURE.log")"; return 1; }
+	ck_log "capturing VXLAN and ESP on the underlay ($E2E_WIRE $E2E_WIRE_IF)"
+}
+
+# ck_capture_verify VNI: stops the capture; fails if it holds a VXLAN packet
+# of VNI (that network's traffic in clear on the wire), or no ESP in either
+# direction between two nodes (then it did not see the traffic at all).
+# ck_capture_verify VNI clear: the capture's own proof, on an unencrypted
+# network: it must hold VXLAN of VNI in clear between every two nodes.
+ck_capture_verify() {
+	local vni=$1 i j n plain fails=0 esp=0
+	local -a addr
+	kill -TERM "$CK_CAPTURE_PID" 2>/dev/null && wait "$CK_CAPTURE_PID" 2>/dev/null
+	ck_log "capture: $(grep -E 'captured|dropped' "$CK_CAPTURE.log" | tr '\n' ' ')"
+	for ((i = 0; i < CK_N; i++)); do addr[i]=$(ck_dk "$i" info -f '{{.Swarm.NodeAddr}}'); done
+	# tcpdump decodes UDP 4789 as VXLAN: "VXLAN, flags [I] (0x08), vni N".
+	if [[ ${2:-} == clear ]]; then
+		for ((i = 0; i < CK_N; i++)); do
+			for ((j = 0; j < CK_N; j++)); do
+				((i == j)) && continue
+				n=$(tcpdump -r "$CK_CAPTURE" -nn "udp port 4789 and src ${addr[i]} and dst ${addr[j]}" 2>/dev/null | grep -cE "vni $vni([^0-9]|$)")
+				((n > 0)) || { ck_fail "the capture holds no VXLAN of VNI $vni from ${addr[i]} to ${addr[j]}: it does not see the underlay"; fails=1; }
+			done
+		done
+		((fails)) || ck_log "on the wire: the unencrypted network's VXLAN (VNI $vni) in clear both ways between every two nodes, as the capture must show"
+		return "$fails"
+	fi
+	for ((i = 0; i < CK_N; i++)); do
+		for ((j = 0; j < CK_N; j++)); do
+			((i == j)) && continue
+			n=$(tcpdump -r "$CK_CAPTURE" -nn "ip proto 50 and src ${addr[i]} and dst ${addr[j]}" 2>/dev/null | grep -c .)
+			((n > 0)) || { ck_fail "the capture holds no ESP from ${addr[i]} to ${addr[j]}"; fails=1; }
+			esp=$((esp + n))
+		done
+	done
+	plain=$(tcpdump -r "$CK_CAPTURE" -nn 'udp port 4789' 2>/dev/null)
+	n=$(grep -cE "vni $vni([^0-9]|$)" <<<"$plain")
+	if ((n > 0)); then
+		ck_fail "$n VXLAN packets of VNI $vni in clear on the wire, e.g. $(grep -m1 -E "vni $vni([^0-9]|$)" <<<"$plain")"
+		fails=1
+	fi
+	((fails)) && return 1
+	n=$(grep -oE 'vni [0-9]+' <<<"$plain" | sort | uniq -c | awk '{printf " %s x%s", $3, $1}')
+	ck_log "on the wire: $esp ESP packets, both ways between every two nodes; no VXLAN of VNI $vni in clear (VXLAN in clear, by VNI:${n:- none})"
+}
+
+# ck_vni I NET: the VNI of network NET, from node I's plugin.
+ck_vni() {
+	local nid
+	nid=$(ck_dk "$1" network inspect -f '{{.Id}}' "$2") || return 1
+	ck_plugin_cli "$1" state | jq -er --arg id "$nid" '.[] | select(.id == $id) | .vni'
+}
+
+# ck_policy_spis I: node I's outbound IPsec SPI per remote host, "vtep=spi ...".
+ck_policy_spis() {
+	ck_plugin_cli "$1" encryption | jq -er '[.remotes[] | "\(.vtep)=\(.policySPI)"] | sort | join(" ")'
+}
+
+# ck_rotation_under_stream CID ADDR [CID ADDR]...: one container and its
+# overlay address per node, in node order. Each container pings the next
+# node's, 5 numbered echo requests a second (a sequenced stream), while
+# node 0's plugin is told `overlay-plugin rotate-keys` (the admin socket in
+# its 'state' mount). The new generation must activate within the stream
+# (every node's outbound SPI changes) and no stream may lose a packet.
+# CK_ROTATION_LEAD_MAX: the plugin's longest lead before a new generation
+# is used, min(1 min, key rotation interval / 10).
+CK_ROTATION_LEAD_MAX=60
+ck_rotation_under_stream() {
+	local -a cid addr before after out pids
+	local i n=$(($# / 2)) count t0 act act_s fails=0 st tx rx missing
+	for ((i = 0; i < n; i++)); do cid[i]=$1 addr[i]=$2; shift 2; done
+	# 5 s of stream before the rotation, the longest lead, 20 s after it.
+	count=$(((5 + CK_ROTATION_LEAD_MAX + 20) * 5))
+	for ((i = 0; i < n; i++)); do
+		before[i]=$(ck_policy_spis "$i") || { ck_fail "node $i: overlay-plugin encryption: no remote SPI"; return 1; }
+	done
+	t0=$SECONDS
+	for ((i = 0; i < n; i++)); do
+		out[i]=$(mktemp)
+		CK_FILES+=("${out[i]}")
+		ck_dk "$i" exec "${cid[i]}" ping -c "$count" -i 0.2 -W 10 "${addr[(i + 1) % n]}" >"${out[i]}" 2>&1 &
+		pids[i]=$!
+		CK_PIDS+=("${pids[i]}")
+	done
+	sleep 5
+	st=$(ck_plugin_cli 0 rotate-keys 2>&1) || { ck_fail "node 0: overlay-plugin rotate-keys: $st"; return 1; }
+	act=$(ck_plugin_cli 0 encryption | jq -er '.ownGenerations | max_by(.gen) | .activateAt') && act_s=$(date -d "$act" +%s) \
+		|| { ck_fail "node 0: no new key generation after rotate-keys"; return 1; }
+	ck_log "node 0: rotate-keys at stream second $((SECONDS - t0)); the new generation activates in $((act_s - $(date +%s))) s ($act)"
+	if ((act_s - $(date +%s) > CK_ROTATION_LEAD_MAX)); then
+		ck_fail "the new generation activates after more than ${CK_ROTATION_LEAD_MAX} s: the stream ends before it"
+		return 1
+	fi
+	# Every sender switches to the new generation's SAs while the streams run.
+	ck_spis_changed() {
+		local k
+		for ((k = 0; k < n; k++)); do
+			after[k]=$(ck_policy_spis "$k") && [[ ${after[k]} != "${before[k]}" ]] || return 1
+		done
+	}
+	until ck_spis_changed; do
+		if ((SECONDS - t0 > count / 5)); then
+			ck_fail "the outbound SPIs did not change within the stream: before [${before[*]}], now [${after[*]}]"
+			return 1
+		fi
+		sleep 2
+	done
+	ck_log "at stream second $((SECONDS - t0)) every node sends with the new generation: SPIs [${before[*]}] -> [${after[*]}]"
+	for ((i = 0; i < n; i++)); do
+		wait "${pids[i]}"
+		tx=$(sed -nE 's/^([0-9]+) packets transmitted.*/\1/p' "${out[i]}")
+		rx=$(sed -nE 's/.* ([0-9]+) packets received.*/\1/p' "${out[i]}")
+		if [[ $tx != "$count" || $rx != "$tx" ]]; then
+			missing=$(seq 0 $((count - 1)) | grep -vxFf <(sed -nE 's/.* seq=([0-9]+) .*/\1/p' "${out[i]}") | tr '\n' ' ')
+			ck_fail "node $i -> ${addr[(i + 1) % n]}: $tx sent, $rx answered across the rotation; unanswered seq (0.2 s apart): ${missing:0:300}"
+			fails=1
+		else
+			ck_log "node $i -> ${addr[(i + 1) % n]}: $rx of $tx numbered echo requests answered across the rotation"
+		fi
+	done
+	return "$fails"
 }
 
 # ------------------------------------------------------------------ README
@@ -539,11 +717,23 @@ check_readme_docker() {
 
 check_plugin_service() {
 	ck_nodes "$@"
+	# The capture's proof (see ck_capture_verify): this network's VXLAN
+	# must show in clear, where the encrypted checks must find none.
+	local wire=0
+	if [[ -n ${E2E_WIRE:-} ]]; then
+		ck_capture_start || return 1
+		wire=1
+	else
+		ck_log "note: no E2E_WIRE: the underlay capture is not checked here"
+	fi
 	ck_network e2e-plug "$E2E_PLUGIN" || { ck_fail "docker network create -d $E2E_PLUGIN: $CK_LAST_ERROR"; return 1; }
 	ck_web_service e2e-plug --mode global --network e2e-plug || return 1
 	ck_wait_tasks e2e-plug 1 || return 1
 	ck_mesh e2e-plug e2e-plug || return 1
 	ck_have_hostx || return 0
+	if ((wire)); then
+		ck_capture_verify "$(ck_vni 0 e2e-plug)" clear || return 1
+	fi
 	# The managed plugin's metrics, from the host (admin socket in the
 	# 'state' mount): the joined task and the other node's are counted.
 	local i m nid
@@ -561,10 +751,14 @@ check_plugin_service() {
 
 # ck_plugin_state I: `overlay-plugin state` (JSON) of node I's plugin,
 # through the admin socket in its 'state' mount.
-ck_plugin_state() {
-	local src
-	src=$(ck_mount_source "$1" state) || return 1
-	ck_hx "$1" "$E2E_ROOT/bin/overlay-plugin" state --state-dir "$src" 2>&1
+ck_plugin_state() { ck_plugin_cli "$1" state 2>&1; }
+
+# ck_plugin_cli I COMMAND...: `overlay-plugin COMMAND` run on node I's host
+# against its plugin's admin socket (in the 'state' mount).
+ck_plugin_cli() {
+	local i=$1 src; shift
+	src=$(ck_mount_source "$i" state) || return 1
+	ck_hx "$i" "$E2E_ROOT/bin/overlay-plugin" "$@" --state-dir "$src"
 }
 
 # ck_metrics I: the plugin's Prometheus metrics on node I, read on its host
@@ -575,23 +769,31 @@ ck_metrics() {
 	ck_hx "$1" curl -sf --unix-socket "$src/admin.sock" http://plugin/metrics
 }
 
-check_plugin_attachable() {
-	ck_nodes "$@"
-	ck_network e2e-att "$E2E_PLUGIN" --attachable || { ck_fail "network create --attachable: $CK_LAST_ERROR"; return 1; }
-	local i j out rc fails=0
-	local -a cid ip host
+# ck_web_containers NET NAME: a container NAME-<i> on every node i (docker
+# run), on NET, serving its node's host name over HTTP on $CK_PORT; fills
+# the caller's arrays cid, ip and host.
+ck_web_containers() {
+	local net=$1 name=$2 i out
 	for ((i = 0; i < CK_N; i++)); do
 		host[i]=$(ck_dk "$i" info -f '{{.Name}}')
-		out=$(ck_dk "$i" run -d --name "e2e-att-$i" --hostname "${host[i]}" --network e2e-att "$E2E_IMAGE" \
+		out=$(ck_dk "$i" run -d --name "$name-$i" --hostname "${host[i]}" --network "$net" "$E2E_IMAGE" \
 			sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) || {
-			ck_fail "docker run --network e2e-att on ${host[i]}: $out"
+			ck_fail "docker run --network $net on ${host[i]}: $out"
 			return 1
 		}
-		CK_CONTAINERS+=("$i:e2e-att-$i")
+		CK_CONTAINERS+=("$i:$name-$i")
 		cid[i]=$out
-		ip[i]=$(ck_ip "$i" "${cid[i]}" e2e-att)
-		ck_log "container e2e-att-$i on ${host[i]}: ${ip[i]}"
+		ip[i]=$(ck_ip "$i" "${cid[i]}" "$net")
+		ck_log "container $name-$i on ${host[i]}: ${ip[i]}"
 	done
+}
+
+# ck_containers_mesh NAME [names]: the caller's ck_web_containers NAME
+# reach each other across hosts by address; with "names", by container name
+# too (Docker's embedded DNS must give the container's address), otherwise
+# what the name resolves to is only noted.
+ck_containers_mesh() {
+	local name=$1 names=${2:-} i j out rc fails=0
 	for ((i = 0; i < CK_N; i++)); do
 		for ((j = 0; j < CK_N; j++)); do
 			((i == j)) && continue
@@ -602,12 +804,27 @@ check_plugin_attachable() {
 			else
 				ck_log "${host[i]} -> ${host[j]} (${ip[j]}): ok"
 			fi
-			# By container name (informational: swarm-scope service discovery).
-			out=$(ck_resolve "$i" "${cid[i]}" "e2e-att-$j" | tr '\n' ' ')
-			ck_log "note: ${host[i]} resolves e2e-att-$j to [${out}]"
+			if [[ $names != names ]]; then
+				out=$(ck_resolve "$i" "${cid[i]}" "$name-$j" | tr '\n' ' ')
+				ck_log "note: ${host[i]} resolves $name-$j to [${out}]"
+			elif out=$(ck_retry 15 ck_resolve_n "$i" "${cid[i]}" "$name-$j" 1) && [[ $out == "${ip[j]}" ]]; then
+				ck_log "${host[i]} -> $name-$j by name: ${ip[j]}"
+			else
+				ck_fail "${host[i]}: $name-$j resolves to [$(tr '\n' ' ' <<<"$out")], want ${ip[j]}"
+				fails=1
+			fi
 		done
 	done
 	return "$fails"
+}
+
+check_plugin_attachable() {
+	ck_nodes "$@"
+	ck_network e2e-att "$E2E_PLUGIN" --attachable || { ck_fail "network create --attachable: $CK_LAST_ERROR"; return 1; }
+	local -a cid ip host
+	ck_web_containers e2e-att e2e-att || return 1
+	# By container name only noted: swarm-scope service discovery.
+	ck_containers_mesh e2e-att
 }
 
 check_plugin_encrypted() {
@@ -661,15 +878,30 @@ check_plugin_encrypted() {
 		ck_log "overlay-plugin state and the metrics name the refused network on every node"
 		return 0
 	fi
-	# The kernel has ESP: the network must work, and its traffic be ESP.
-	ck_have_hostx || { ck_fail "E2E_HOSTX is needed to read xfrm counters"; return 1; }
-	ck_network e2e-enc "$E2E_PLUGIN" --opt encrypted || { ck_fail "network create --opt encrypted: $CK_LAST_ERROR"; return 1; }
+	ck_encrypted_esp
+}
+
+# ck_encrypted_esp: check_plugin_encrypted where the kernel has ESP. On an
+# encrypted attachable network, a global dnsrr service and a container per
+# node (docker run): traffic both ways between every two nodes, by address
+# and by name; every node's xfrm counters grow; a forced key rotation under
+# a sequenced stream loses nothing; once the service, the containers and
+# the network are removed, no SA, policy or nft table is left on any node;
+# and a capture on the wire all along holds ESP between every two nodes and
+# not one VXLAN packet of the network's VNI in clear.
+ck_encrypted_esp() {
+	ck_have_hostx || { ck_fail "E2E_HOSTX is needed to read the hosts' xfrm state"; return 1; }
+	local i vni fails=0 after states
+	local -a before cid ip host
+	ck_capture_start || return 1
+	ck_network e2e-enc "$E2E_PLUGIN" --attachable --opt encrypted || { ck_fail "network create --opt encrypted: $CK_LAST_ERROR"; return 1; }
 	ck_web_service e2e-enc --mode global --network e2e-enc || return 1
+	ck_web_containers e2e-enc e2e-enc-c || return 1
 	ck_wait_tasks e2e-enc 1 || return 1
-	local -a before
+	vni=$(ck_vni 0 e2e-enc) || { ck_fail "node 0: overlay-plugin state has no VNI for e2e-enc"; return 1; }
 	for ((i = 0; i < CK_N; i++)); do before[i]=$(ck_xfrm_packets "$i"); done
 	ck_mesh e2e-enc e2e-enc || return 1
-	local fails=0 after states
+	ck_containers_mesh e2e-enc-c names || return 1
 	for ((i = 0; i < CK_N; i++)); do
 		after=$(ck_xfrm_packets "$i")
 		states=$(ck_hx "$i" ip xfrm state list 2>/dev/null | grep -c 'proto esp')
@@ -679,6 +911,21 @@ check_plugin_encrypted() {
 			fails=1
 		fi
 	done
+	((fails)) && return 1
+	local -a pairs
+	for ((i = 0; i < CK_N; i++)); do pairs+=("${cid[i]}" "${ip[i]}"); done
+	ck_rotation_under_stream "${pairs[@]}" || fails=1
+	# Teardown: the plugin removes what it programmed, SAs 20 s after the last
+	# endpoint towards a host went (see README, Encryption).
+	ck_remove
+	if ck_dk 0 network inspect e2e-enc >/dev/null 2>&1; then
+		ck_fail "network rm e2e-enc failed"
+		fails=1
+	fi
+	for ((i = 0; i < CK_N; i++)); do
+		ck_no_leftovers "$i" 60 || fails=1
+	done
+	ck_capture_verify "$vni" || fails=1
 	return "$fails"
 }
 
@@ -697,7 +944,7 @@ check_coexistence() {
 check_teardown() {
 	ck_nodes "$@"
 	ck_have_hostx || { ck_fail "E2E_HOSTX is needed to inspect the hosts"; return 1; }
-	local i fails=0 left n
+	local i fails=0 n
 	ck_network e2e-td "$E2E_PLUGIN" || { ck_fail "network create: $CK_LAST_ERROR"; return 1; }
 	# Scale up: two tasks per node.
 	ck_web_service e2e-td --replicas "$((2 * CK_N))" --replicas-max-per-node 2 --network e2e-td || return 1
@@ -733,24 +980,21 @@ check_teardown() {
 	ck_dk 0 network rm e2e-td >/dev/null || { ck_fail "network rm e2e-td failed"; fails=1; }
 	CK_SERVICES=() CK_NETWORKS=()
 	for ((i = 0; i < CK_N; i++)); do
-		end=$((SECONDS + 30))
-		while left=$(ck_host_leftovers "$i") && [[ -n $left ]] && ((SECONDS < end)); do sleep 1; done
-		if [[ -n $left ]]; then
-			ck_fail "node $i after service rm + network rm: $(tr '\n' ';' <<<"$left")"
-			fails=1
-		else
-			ck_log "node $i: no sandbox, VXLAN device, FDB entry or xfrm state left"
-		fi
+		ck_no_leftovers "$i" 30 || fails=1
 	done
 	return "$fails"
 }
 
 check_disable_enable() {
 	ck_nodes "$@"
-	# Where the kernel has ESP (the Vagrant VMs), on an encrypted network:
-	# the plugin hands its IPsec state over to its next run as well.
+	# Where the kernel has ESP (the test VM, the Vagrant VMs), on an
+	# encrypted network: the plugin hands its IPsec state over to its next
+	# run as well, and nothing of the network crosses the wire in clear
+	# while a plugin is away or starting (a capture all along).
 	local -a opts=(--attachable)
-	[[ ${E2E_EXPECT_ESP:-0} == 1 ]] && opts+=(--opt encrypted)
+	local esp=0
+	[[ ${E2E_EXPECT_ESP:-0} == 1 ]] && esp=1 opts+=(--opt encrypted)
+	if ((esp)); then ck_capture_start || return 1; fi
 	ck_network e2e-de "$E2E_PLUGIN" "${opts[@]}" || { ck_fail "network create: $CK_LAST_ERROR"; return 1; }
 	ck_web_service e2e-de --mode global --network e2e-de || return 1
 	ck_wait_tasks e2e-de 1 || return 1
@@ -790,7 +1034,7 @@ check_disable_enable() {
 			ck_log "node $i while disabled: $n sandbox(es) on the host"
 		fi
 		ck_traffic "node $i's plugin disabled" || fails=1
-		out=$(ck_dk "$i" plugin enable "$E2E_PLUGIN" 2>&1) || { ck_fail "node $i: plugin enable: $out"; return 1; }
+		out=$(ck_dk "$i" plugin enable --timeout "${PLUGIN_ENABLE_TIMEOUT:-30}" "$E2E_PLUGIN" 2>&1) || { ck_fail "node $i: plugin enable: $out"; return 1; }
 		ck_log "node $i: plugin enabled again"
 	done
 	for ((i = 0; i < CK_N; i++)); do
@@ -822,6 +1066,11 @@ check_disable_enable() {
 	else
 		ck_fail "new tasks on the plugin network do not reach each other after disable -f / enable"
 		fails=1
+	fi
+	if ((esp)); then
+		local vni
+		vni=$(ck_vni 0 e2e-de) || { ck_fail "node 0: overlay-plugin state has no VNI for e2e-de"; return 1; }
+		ck_capture_verify "$vni" || fails=1
 	fi
 	return "$fails"
 }

@@ -25,6 +25,11 @@ mkdir -p /run/lock /dev/pts /dev/shm
 mount -t devpts -o gid=5,mode=0620,ptmxmode=0666 devpts /dev/pts
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null || true
+# devtmpfs has no /dev/fd: bash's process substitution, <(...), needs it.
+ln -sfn /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
 echo overlay-vm >/proc/sys/kernel/hostname
 ip link set lo up
 
