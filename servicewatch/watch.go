@@ -212,7 +212,8 @@ func (w *Watcher) refresh(ctx context.Context, nid string) {
 // it skipped a service whose VIP it could not use.
 func Translate(raw []dockerengine.Service) (svcs []driver.Service, skipped []string) {
 	for _, r := range raw {
-		if r.VIP == "" {
+		if r.VIP == "" || r.VIP == "<nil>" {
+			// dnsrr: no VIP. The engine prints Go's nil net.IP as "<nil>".
 			continue
 		}
 		vip, err := netip.ParseAddr(r.VIP)
