@@ -18,7 +18,7 @@ func TestTranslate(t *testing.T) {
 	raw := []dockerengine.Service{
 		{Name: "web", VIP: "10.0.1.2", Ports: []string{"Target: 80, Publish: 8080"},
 			Tasks: []dockerengine.Task{{EndpointID: "e2", EndpointIP: "10.0.1.4"}, {EndpointID: "e1", EndpointIP: "10.0.1.3"}, {EndpointID: "e1"}}},
-		{Name: "dns", VIP: ""}, // dnsrr: nothing to balance
+		{Name: "dns", VIP: ""},       // dnsrr: nothing to balance
 		{Name: "dns2", VIP: "<nil>"}, // dnsrr as a real engine reports it
 		{Name: "v6", VIP: "fd00::2", Tasks: []dockerengine.Task{{EndpointID: "e3", EndpointIP: "10.0.1.5"}}},
 		{Name: "bad", VIP: "not-an-ip"},
