@@ -158,7 +158,7 @@ e2e_make_tmp() {
 	[[ -n $E2E_TMP ]] && return 0
 	# Short: a managed plugin's socket is <exec-root>/plugins/<64 hex>/overlay.sock
 	# and a unix socket path holds 107 bytes, so exec-root gets 21 at most.
-	E2E_TMP=$(mktemp -d /tmp/oe.XXXXXX)
+	E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/oe.XXXXXX")
 	chmod 755 "$E2E_TMP"
 	log "run directory $E2E_TMP"
 }

@@ -5,8 +5,13 @@
 set -euo pipefail
 
 # The guest's / is an overlayfs, which overlay2 cannot stack on: Docker's
-# data roots (under E2E_TMP, in /tmp) go on a tmpfs of their own.
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# data roots (under E2E_TMP, made in TMPDIR) go on a tmpfs of their own.
+# Not on /tmp itself: the checkout may live there (a CI clone does), and the
+# tmpfs would hide it. A short name: exec-roots under it hold plugin
+# sockets, whose paths are limited (see e2e_make_tmp).
+mkdir -p /run/t
+mount -t tmpfs -o mode=1777 tmpfs /run/t
+export TMPDIR=/run/t
 
 export E2E_EXPECT_ESP=1 E2E_SKIP_BUILD=1
 # Docker's own overlay, the harness's self-test, passes in the Docker layer
