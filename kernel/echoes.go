@@ -45,6 +45,8 @@ type echo struct {
 }
 
 type echoes struct {
+	// mu guards m. A leaf: taken under pipeline.mu while a window is
+	// sent (expect), and alone by the watches (seen) and on failures.
 	mu sync.Mutex
 	m  map[echoKey]echo // nil when empty, so a burst's map is freed
 }

@@ -38,6 +38,8 @@ type pipeline struct {
 	// echoes are the FDB events Program's requests will cause.
 	echoes echoes
 
+	// mu guards s and seq: one window of requests and its acks at a time
+	// on the socket. Above echoes.mu; nothing else is taken under it.
 	mu  sync.Mutex
 	s   *nl.NetlinkSocket
 	seq uint32

@@ -104,6 +104,8 @@ const watchQueue = 1 << 16
 // while a burst is programmed would otherwise overflow it and cost a
 // full comparison), and out delivers in order.
 type eventQueue struct {
+	// mu guards q, dropped and closed. A leaf; wake is signalled after
+	// it is released.
 	mu      sync.Mutex
 	q       []Event
 	dropped bool

@@ -68,6 +68,8 @@ type Cluster struct {
 	Nodes []*Node
 	cfg   ClusterConfig
 
+	// mu guards live, which scenario goroutines change concurrently. A
+	// leaf: no call is made while it is held.
 	mu   sync.Mutex
 	live map[string]*Endpoint // joined and not left, by id
 }
