@@ -28,7 +28,8 @@ type guardTransport struct {
 
 	packets chan *memberlist.Packet
 	streams chan net.Conn
-	done    chan struct{}
+	done    chan struct{} // closed: stop passing input to memberlist
+	drained chan struct{} // closed: stop draining the transport's channels
 	stop    sync.Once
 	wg      sync.WaitGroup
 }
@@ -37,7 +38,8 @@ type guardTransport struct {
 // is to live on.
 func newGuardTransport(t memberlist.NodeAwareTransport, key []byte, refuse func(string, net.Addr, *rejection)) *guardTransport {
 	g := &guardTransport{NodeAwareTransport: t, key: key, refuse: refuse,
-		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), done: make(chan struct{})}
+		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), done: make(chan struct{}),
+		drained: make(chan struct{})}
 	g.wg.Add(2)
 	go g.forwardPackets()
 	go g.forwardStreams()
@@ -53,6 +55,7 @@ func (g *guardTransport) forwardPackets() {
 	for {
 		select {
 		case <-g.done:
+			g.drain()
 			return
 		case p := <-in:
 			if r := checkPacket(p.Buf, g.key); r != nil {
@@ -62,6 +65,7 @@ func (g *guardTransport) forwardPackets() {
 			select {
 			case g.packets <- p:
 			case <-g.done:
+				g.drain()
 				return
 			}
 		}
@@ -86,6 +90,22 @@ func (g *guardTransport) forwardStreams() {
 	}
 }
 
+// drain discards the transport's input until drained is closed: its
+// listeners hand datagrams and streams over unbuffered channels, and its
+// Shutdown waits for them, so one must be read while it closes.
+func (g *guardTransport) drain() {
+	packets, streams := g.NodeAwareTransport.PacketCh(), g.NodeAwareTransport.StreamCh()
+	for {
+		select {
+		case <-g.drained:
+			return
+		case <-packets:
+		case c := <-streams:
+			c.Close()
+		}
+	}
+}
+
 func (g *guardTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	c, err := g.NodeAwareTransport.DialAddressTimeout(a, timeout)
 	if err != nil {
@@ -100,13 +120,21 @@ func (g *guardTransport) DialTimeout(addr string, timeout time.Duration) (net.Co
 
 // detach stops the guard's goroutines, leaving the transport open.
 func (g *guardTransport) detach() {
-	g.stop.Do(func() { close(g.done) })
+	g.stop.Do(func() { close(g.done); close(g.drained) })
 	g.wg.Wait()
 }
 
+// Shutdown stops passing input on, shuts the transport down while its
+// channels are drained, then stops the guard's goroutines.
 func (g *guardTransport) Shutdown() error {
-	g.detach()
-	return g.NodeAwareTransport.Shutdown()
+	var err error
+	g.stop.Do(func() {
+		close(g.done)
+		err = g.NodeAwareTransport.Shutdown()
+		close(g.drained)
+	})
+	g.wg.Wait()
+	return err
 }
 
 func (g *guardTransport) check(c net.Conn) net.Conn { return &checkedConn{Conn: c, g: g} }

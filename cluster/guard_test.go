@@ -3,6 +3,8 @@ package cluster
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"net"
 	"regexp"
@@ -251,4 +253,50 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 		}
 	}
 	t.Logf("the log of %d refusals:\n%s", n, out.tail(10))
+}
+
+// Shutdown returns while datagrams keep arriving and nobody reads them:
+// memberlist's NetTransport hands each one over an unbuffered channel and
+// its Shutdown waits for that hand-over, so a guard that stopped reading
+// first held the plugin's SIGTERM until it was killed.
+func TestGuardShutdownWhileDatagramsArrive(t *testing.T) {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"},
+		Logger: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuardTransport(nt, nil, (&refusals{}).refuse)
+	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: nt.GetAutoBindPort()}
+	conn, err := net.DialUDP("udp", nil, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ping := []byte{mlUser, 1} // a message the guard passes on
+	stop := make(chan struct{})
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				conn.Write(ping)
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-sent }()
+	time.Sleep(50 * time.Millisecond) // the guard holds one, the transport the next
+	done := make(chan error, 1)
+	go func() { done <- g.Shutdown() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown still waiting after 5 s while datagrams arrive")
+	}
 }

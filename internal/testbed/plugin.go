@@ -160,6 +160,7 @@ type Plugin struct {
 	logf    *os.File
 	done    chan struct{}
 	waitErr error
+	dumped  bool // Stop killed it with SIGQUIT: its log ends in its stacks
 }
 
 // spawner starts processes from one OS thread that lives as long as this
@@ -397,8 +398,8 @@ func (p *Plugin) Wait(timeout time.Duration) error {
 }
 
 // Stop sends SIGTERM and waits up to timeout (0: PluginStopTimeout) for a
-// clean exit; a plugin still running then is SIGKILLed and an error
-// returned. The result is nil only for exit status 0.
+// clean exit; a plugin still running then is killed (SIGQUIT, for its
+// stacks, then SIGKILL) and an error returned. The result is nil only for exit status 0.
 func (p *Plugin) Stop(timeout time.Duration) error {
 	if timeout == 0 {
 		timeout = PluginStopTimeout
@@ -417,9 +418,17 @@ func (p *Plugin) Stop(timeout time.Duration) error {
 		return nil
 	case <-time.After(timeout):
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-	return fmt.Errorf("plugin pid %d ignored SIGTERM for %v; killed", p.Pid(), timeout)
+	// SIGQUIT first: the Go runtime writes every goroutine's stack to the
+	// log, which names what held the shutdown.
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	p.dumped = true
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	return fmt.Errorf("plugin pid %d ignored SIGTERM for %v; killed (goroutine dump in %s)", p.Pid(), timeout, p.LogFile)
 }
 
 // Kill SIGKILLs the process (a crash) and waits for it to be reaped.
@@ -452,7 +461,11 @@ func (p *Plugin) cleanup() error {
 		}
 	}
 	if p.Host.topo.Bed.failed() {
-		p.Host.topo.Bed.Logf("plugin on %s (pid %d) log tail, %s:\n%s", p.Host.Name, p.Pid(), p.LogFile, p.LogTail(60))
+		lines := 60
+		if p.dumped {
+			lines = 1000 // the goroutine dump
+		}
+		p.Host.topo.Bed.Logf("plugin on %s (pid %d) log tail, %s:\n%s", p.Host.Name, p.Pid(), p.LogFile, p.LogTail(lines))
 	}
 	p.logf.Close()
 	p.Admin.Close()
