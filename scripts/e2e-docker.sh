@@ -72,10 +72,10 @@ e2e_kernel_has_esp() {
 e2e_check_clean() {
 	local left=() i
 	for ((i = 0; i < ${#_E2E_NETNS[@]}; i++)); do
-		ip netns list | grep -qw -- "${_E2E_NETNS[i]}" && left+=("netns ${_E2E_NETNS[i]}")
+		grep -qw -- "${_E2E_NETNS[i]}" <<<"$(ip netns list)" && left+=("netns ${_E2E_NETNS[i]}")
 	done
 	for i in "${E2E_DOCKERD_PIDS[@]}"; do kill -0 "$i" 2>/dev/null && left+=("dockerd pid $i"); done
-	findmnt -rn -o TARGET | grep -qF "$E2E_TMP" && left+=("mounts under $E2E_TMP")
+	grep -qF "$E2E_TMP" <<<"$(findmnt -rn -o TARGET)" && left+=("mounts under $E2E_TMP")
 	[[ -e $E2E_TMP ]] && [[ -z ${E2E_KEEP_TMP:-} ]] && left+=("$E2E_TMP")
 	((${#left[@]} == 0)) || { printf 'left behind: %s\n' "${left[*]}" >&2; return 1; }
 }

@@ -424,7 +424,11 @@ ck_capture_start() {
 	CK_CAPTURE=$(mktemp --suffix=.pcap)
 	CK_FILES+=("$CK_CAPTURE" "$CK_CAPTURE.log")
 	# -Z root: tcpdump would otherwise drop to a user that cannot write here.
-	"${w[@]}" tcpdump -i "$E2E_WIRE_IF" -nn -s 128 -U -Z root -w "$CK_CAPTURE" 'udp port 4789 or ip proto 50' 2>"$CK_CAPTURE.log" &
+	# --immediate-mode: writing to a file, libpcap hands packets over a
+	# ring block at a time (a block closes when full or after its timeout),
+	# and the SIGTERM of ck_capture_verify loses the open block: a check
+	# whose traffic took under a second captured nothing.
+	"${w[@]}" tcpdump -i "$E2E_WIRE_IF" -nn -s 128 -U --immediate-mode -Z root -w "$CK_CAPTURE" 'udp port 4789 or ip proto 50' 2>"$CK_CAPTURE.log" &
 	CK_CAPTURE_PID=$!
 	CK_PIDS+=("$CK_CAPTURE_PID")
 	ck_retry 30 grep -q 'listening on' "$CK_CAPTURE.log" >/dev/null \
@@ -866,11 +870,13 @@ check_plugin_encrypted() {
 		nid=$(ck_dk 0 network inspect -f '{{.Id}}' e2e-enc)
 		for ((i = 0; i < CK_N; i++)); do
 			st=$(ck_plugin_state "$i") || { ck_fail "node $i: overlay-plugin state failed: $st"; return 1; }
-			if ! grep -A8 "\"$nid\"" <<<"$st" | grep -q '"refused"' || ! grep -qE "$CK_ESP_RE" <<<"$st"; then
+			if ! grep -q '"refused"' <<<"$(grep -A8 "\"$nid\"" <<<"$st")" || ! grep -qE "$CK_ESP_RE" <<<"$st"; then
 				ck_fail "node $i: overlay-plugin state does not name refused network $nid with the reason: ${st:0:400}"
 				return 1
 			fi
-			if ! ck_metrics "$i" | grep -q "overlay_plugin_network_refusals_total{network=\"$nid\"}"; then
+			# Not `ck_metrics | grep -q`: under pipefail, grep's early exit
+			# makes the writer's SIGPIPE the pipeline's status.
+			if ! grep -q "overlay_plugin_network_refusals_total{network=\"$nid\"}" <<<"$(ck_metrics "$i")"; then
 				ck_fail "node $i: no overlay_plugin_network_refusals_total for $nid"
 				return 1
 			fi
@@ -1250,7 +1256,7 @@ YAML
 	rm -rf "$dir"
 	CK_SERVICES+=("${stack}_front" "${stack}_api" "${stack}_client")
 	CK_NETWORKS+=("${stack}_app")
-	ck_dk 0 stack ls --format '{{.Name}}' | grep -qxF "$stack" || { ck_fail "stack deploy: $out"; return 1; }
+	grep -qxF "$stack" <<<"$(ck_dk 0 stack ls --format '{{.Name}}')" || { ck_fail "stack deploy: $out"; return 1; }
 	ck_log "docker stack deploy $stack: $(tr '\n' ' ' <<<"$out")"
 	ck_wait_tasks "${stack}_client" 1 || return 1
 	ck_running_total "${stack}_front" 2 || return 1

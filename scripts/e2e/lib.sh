@@ -512,7 +512,7 @@ e2e_cleanup() {
 		rmdir "${_E2E_CREATED_DIRS[i]}" 2>/dev/null
 	done
 	if [[ -n $E2E_TMP && -d $E2E_TMP ]]; then
-		if findmnt -rn -o TARGET | grep -qF "$E2E_TMP"; then
+		if grep -qF "$E2E_TMP" <<<"$(findmnt -rn -o TARGET)"; then
 			warn "mounts left under $E2E_TMP: $(findmnt -rn -o TARGET | grep -F "$E2E_TMP" | tr '\n' ' ')"
 			findmnt -rn -o TARGET | grep -F "$E2E_TMP" | sort -r | while read -r d; do umount -l "$d"; done
 		fi

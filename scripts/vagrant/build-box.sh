@@ -51,7 +51,7 @@ if [[ $(cat "$dir/root.done" 2>/dev/null) != "$pkgs" ]]; then
 fi
 # The box is rebuilt only when its inputs changed (run.sh calls this always).
 stamp="$pkgs $(cat "$here/configure-root.sh" "$here/box.Vagrantfile" | sha256sum | cut -c1-16)"
-if [[ $(cat "$dir/box.done" 2>/dev/null) == "$stamp" ]] && vagrant box list | grep -q "^$name "; then
+if [[ $(cat "$dir/box.done" 2>/dev/null) == "$stamp" ]] && grep -q "^$name " <<<"$(vagrant box list)"; then
 	log "box $name is up to date"; exit 0
 fi
 bash "$here/configure-root.sh" "$root"

@@ -25,7 +25,7 @@ start() {
 			--no-install-recommends libvirt-daemon-system libvirt-clients qemu-system-x86 dnsmasq-base
 	}
 	mkdir -p "$state"
-	ip netns list | grep -qx "$ns\( .*\)\?" || ip netns add "$ns"
+	grep -qx "$ns\( .*\)\?" <<<"$(ip netns list)" || ip netns add "$ns"
 	ip -n "$ns" link set lo up
 	cat >"$state/qemu.conf" <<'CONF'
 user = "root"
@@ -64,7 +64,7 @@ stop() {
 		log "libvirtd (pid $pid) stopped"
 	fi
 	rm -rf "$state"
-	if ip netns list | grep -qx "$ns\( .*\)\?"; then ip netns del "$ns" && log "netns $ns removed"; fi
+	if grep -qx "$ns\( .*\)\?" <<<"$(ip netns list)"; then ip netns del "$ns" && log "netns $ns removed"; fi
 }
 
 case ${1:-} in
