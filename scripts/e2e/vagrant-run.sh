@@ -7,6 +7,9 @@
 #                   the address of this VM is driven locally, the others
 #                   through `docker -H ssh://root@ADDR` and `ssh root@ADDR`
 #   E2E_PLUGIN      plugin name (default: the README's, which the checks expect)
+#   E2E_WIRE_HUB    1: the underlay floods every frame to this VM (the hub
+#                   scripts/vagrant/libvirt-ns.sh makes): capture the wire on
+#                   this VM's underlay interface; otherwise it goes unwatched
 #
 # Prints PASS/FAIL per check and "e2e: N passed, M failed"; exits non-zero on
 # failure. Leaves the swarm and the plugin in place for inspection
@@ -43,6 +46,12 @@ for ((i = 0; i < E2E_NODES; i++)); do
 		E2E_HOSTX[i]="e2e_sshx root@${addrs[i]}"
 	fi
 done
+if [[ ${E2E_WIRE_HUB:-0} == 1 ]]; then
+	for a in "${addrs[@]}"; do
+		[[ $local_addrs == *" $a "* ]] || continue
+		E2E_WIRE=env E2E_WIRE_IF=$(ip -o addr show to "$a" | awk '{print $2; exit}')
+	done
+fi
 e2e_node_log() { e2e_hx "$1" journalctl -u docker --no-pager -o cat --since "-30min"; }
 E2E_NODE_LOG=e2e_node_log
 e2e_on_fail() {

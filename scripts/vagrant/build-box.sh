@@ -42,6 +42,8 @@ pkgs+=,docker.io,containerd,runc,iptables,busybox-static,iproute2,jq,make,git,rs
 # Debian's kernel enables AppArmor, and dockerd then refuses to start any
 # container without apparmor_parser (the upstream box has it: priority standard).
 pkgs+=,apparmor
+# The checks' capture of the underlay (E2E_WIRE_HUB).
+pkgs+=,tcpdump
 # The tree is reused while the package list is the same.
 if [[ $(cat "$dir/root.done" 2>/dev/null) != "$pkgs" ]]; then
 	rm -rf "$root" && mkdir -p "$root"

@@ -38,11 +38,32 @@ remember_owner = 0
 CONF
 	ip netns exec "$ns" sh -c 'mount --bind "$1" /etc/libvirt/qemu.conf && exec libvirtd --daemon --pid-file "$2"' \
 		sh "$state/qemu.conf" "$pidf"
+	local up=0
 	for _ in $(seq 50); do
-		virsh -c qemu:///system version >/dev/null 2>&1 && { log "libvirtd up (pid $(cat "$pidf")) in netns $ns"; return; }
+		virsh -c qemu:///system version >/dev/null 2>&1 && { up=1; break; }
 		sleep 0.2
 	done
-	log "libvirtd did not answer"; exit 1
+	((up)) || { log "libvirtd did not answer"; exit 1; }
+	log "libvirtd up (pid $(cat "$pidf")) in netns $ns"
+	underlay
+}
+
+# underlay: the VMs' private network (192.168.56.0/24, which vagrant-libvirt
+# finds by address and uses), made here as a hub: with ageing_time 0 the
+# bridge learns no address and floods every frame to every VM, so the VM
+# running the checks can capture all nodes' underlay traffic, as an
+# eavesdropper on a shared segment would (E2E_WIRE_HUB in the Vagrantfile).
+underlay() {
+	local net=overlay-underlay br=virbr56
+	if ! virsh -q net-info "$net" >/dev/null 2>&1; then
+		virsh -q net-define /dev/stdin >/dev/null <<XML
+<network><name>$net</name><bridge name='$br' stp='off' delay='0'/>
+<ip address='192.168.56.1' netmask='255.255.255.0'/></network>
+XML
+	fi
+	virsh -q net-start "$net" >/dev/null 2>&1 || true
+	ip -n "$ns" link set "$br" type bridge ageing_time 0
+	log "underlay $net ($br, 192.168.56.0/24) floods every frame"
 }
 
 stop() {

@@ -10,6 +10,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 export VAGRANT_BOX=${VAGRANT_BOX:-overlay/bookworm64}
 export VAGRANT_DEFAULT_PROVIDER=libvirt
+# libvirt-ns.sh's underlay floods every frame: node3 can watch the wire.
+export E2E_WIRE_HUB=1
 log() { printf '%s [vagrant] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 VAGRANT_BOX_NAME=$VAGRANT_BOX bash "$here/build-box.sh"
