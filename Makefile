@@ -34,10 +34,12 @@ demo: $(if $(OVERLAY_PLUGIN_BIN),,build)
 test:
 	bash scripts/test.sh
 
-# The Go layer: vet, then every package under the race detector. Tests that
-# need root (namespaces, netlink) skip with a printed reason when not root.
+# The Go layer: vet, then every package under the race detector and the
+# lock-order check (-tags lockrank: every Lock checked against the order in
+# internal/lockrank, the test plugins built the same way). Tests that need
+# root (namespaces, netlink) skip with a printed reason when not root.
 test-go: vet
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -tags lockrank -count=1 ./...
 
 # Fast tests only: no race detector, long and privileged tests skipped.
 test-unit:
@@ -136,6 +138,7 @@ e2e-docker:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags lockrank ./...
 
 clean:
 	rm -rf bin build

@@ -100,6 +100,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
@@ -199,7 +200,7 @@ type Cluster struct {
 	// network.mu and memberlist's node lock; only the broadcast queue's
 	// internal (leaf) lock is taken under it. Never call the Sink or a
 	// memberlist.Memberlist method, nor block, while holding it.
-	mu    sync.Mutex
+	mu    lockrank.Mutex[lockrank.Cluster]
 	st    *state
 	cands map[string]*candidate
 	// ownMeta is the meta memberlist holds for this node, as its events

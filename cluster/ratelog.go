@@ -3,8 +3,9 @@ package cluster
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // Refusals are logged at a bounded rate: anyone who reaches the gossip
@@ -24,7 +25,7 @@ type logLimiter struct {
 	every time.Duration
 	// mu guards reasons. A leaf lock, taken under Cluster.mu (the state
 	// logs with it held); no log line is written while it is held.
-	mu      sync.Mutex
+	mu      lockrank.Mutex[lockrank.RateLog]
 	reasons map[string]*limitState
 }
 

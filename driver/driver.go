@@ -2,28 +2,30 @@
 // driver API (via go-plugins-helpers) on top of per-network sandboxes in the
 // kernel and a per-network peer table.
 //
-// Locking follows moby's overlay driver after PR #50260. Lock order, top to
-// bottom:
+// Locking follows moby's overlay driver after PR #50260. The plugin's whole
+// lock order is internal/lockrank's graph (checked by make test); the
+// driver's part, top to bottom:
 //
 //	network.mu  →  Driver.mu
-//	network.mu  →  lbSandboxes.mu
-//	network.mu  →  refusals.mu
+//	network.mu  →  lbSandboxes.mu, refusals.mu, groupCommit.mu
+//	network.mu  →  the encryption mutex → Driver.mu
+//	network.mu  →  the control plane's mutex
 //
 // Each network's reconciler (reconcile.go, run.go) is a goroutine that
 // takes its network's mu like any call; the fast path and the reconciler
 // never interleave.
 //
-// Driver.mu guards only the network table and is the bottom lock: nothing is
-// locked while it is held and no kernel call is made under it.
-// lbSandboxes.mu (the containers' service VIP tables, services.go) is taken
-// under a network's lock around the load balancer's calls, with nothing
-// under it; it and Driver.mu are never held together. refusals.mu
-// (refusals.go) is a leaf as well. Each network has its own mu guarding everything about that network (endpoints, peer db,
-// FDB refcounts, sandbox) and its kernel state, so operations on one network
-// are serialised while distinct networks proceed in parallel. lockNetwork
-// takes a network's lock with a double-checked lookup, so an operation never
-// acts on a network that was deleted (or deleted and re-created) while it
-// waited for the lock.
+// Driver.mu guards only the network table and is the bottom lock of the
+// driver: nothing is locked while it is held and no kernel call is made
+// under it. lbSandboxes.mu (the containers' service VIP tables,
+// services.go), refusals.mu (refusals.go) and groupCommit.mu are leaves.
+// Each network has its own mu guarding everything about that network
+// (endpoints, peer db, FDB refcounts, sandbox) and its kernel state, so
+// operations on one network are serialised while distinct networks proceed
+// in parallel; no network's mu is ever taken while holding another's.
+// lockNetwork takes a network's lock with a double-checked lookup, so an
+// operation never acts on a network that was deleted (or deleted and
+// re-created) while it waited for the lock.
 package driver
 
 import (
@@ -36,10 +38,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/bbolt"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
-	"go.etcd.io/bbolt"
 )
 
 // Errors a caller can test with errors.Is; messages carry the detail.
@@ -156,7 +160,7 @@ type Driver struct {
 	// network's looping flag. Bottom of the lock order:
 	// hold nothing else's lock while taking it and call nothing while
 	// holding it.
-	mu       sync.Mutex
+	mu       lockrank.Mutex[lockrank.Driver]
 	networks map[string]*network
 	// vtep is this host's VTEP address once settled; it never changes
 	// afterwards, since the other hosts program it.

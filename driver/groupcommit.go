@@ -1,9 +1,9 @@
 package driver
 
 import (
-	"sync"
-
 	"go.etcd.io/bbolt"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // groupCommit runs the driver's state writes with group commit: whatever
@@ -17,7 +17,7 @@ import (
 type groupCommit struct {
 	db *bbolt.DB
 
-	mu    sync.Mutex // guards queue and busy; a leaf
+	mu    lockrank.Mutex[lockrank.GroupCommit] // guards queue and busy; a leaf
 	queue []pendingWrite
 	busy  bool // a committer goroutine runs
 }

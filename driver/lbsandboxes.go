@@ -3,8 +3,8 @@ package driver
 import (
 	"cmp"
 	"slices"
-	"sync"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
 )
 
@@ -17,7 +17,7 @@ type lbSandboxes struct {
 	// namespace's calls must not overlap). Below network.mu in the lock
 	// order: taken with a network's lock held, never the other way; no
 	// other lock is taken under it.
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.LBSandboxes]
 	byPath map[string]map[string][]servicelb.Service // namespace path → network id → services
 }
 

@@ -7,12 +7,12 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"sync"
 
 	api "github.com/docker/go-plugins-helpers/network"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
@@ -26,13 +26,21 @@ const (
 
 // network is one overlay network on this host.
 type network struct {
+	// id and vni are set at creation and never change: read without mu.
+	id  string
+	vni uint32
+	// kick (capacity 1) asks the network's reconciler loop for a pass;
+	// gone is closed when the network leaves the table (removeNetwork).
+	// Both are set at creation and never change.
+	kick, gone chan struct{}
+	// looping: a loop runs for this network. Guarded by Driver.mu.
+	looping bool
+
 	// mu guards every field below and the kernel state of the network's
 	// sandbox. Top of the lock order: taken before Driver.mu, never while
 	// holding Driver.mu or another network's mu.
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.Network]
 
-	id      string
-	vni     uint32
 	opts    netOptions
 	subnets []netip.Prefix
 	// gateways are the pools' gateways, which no endpoint may claim
@@ -80,13 +88,6 @@ type network struct {
 	// outcome of the last reconcile, for State.
 	adopted      bool
 	reconcileErr error
-
-	// kick (capacity 1) asks the network's reconciler loop for a pass;
-	// gone is closed when the network leaves the table (removeNetwork).
-	// Both are set at creation and never change.
-	kick, gone chan struct{}
-	// looping: a loop runs for this network. Guarded by Driver.mu.
-	looping bool
 }
 
 func (d *Driver) GetCapabilities() (*api.CapabilitiesResponse, error) {
@@ -168,12 +169,6 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		return fmt.Errorf("%w: network %s: %v", ErrInvalid, req.NetworkID, err)
 	}
 	n := newNetwork(req.NetworkID, opts.vni, opts, subnets, gateways)
-	// n is locked before it is published, so nobody sees it before it is
-	// stored, and a failed store takes it out again. Holding n.mu while
-	// waiting for an old instance's lock below cannot deadlock: nobody else
-	// can reach n before it is in the table.
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	for {
 		if old := d.lockNetwork(n.id); old != nil {
 			defer old.mu.Unlock()
@@ -182,15 +177,21 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 			}
 			return fmt.Errorf("%w: network %s exists already", ErrConflict, n.id)
 		}
+		// n is locked before it is published, so nobody sees it before it
+		// is stored, and a failed store takes it out again. No other
+		// network's lock is held here (lockrank: Network locks never nest).
+		n.mu.Lock()
 		d.mu.Lock()
 		if _, taken := d.networks[n.id]; taken {
 			// Created by someone else since lockNetwork looked: look again.
 			d.mu.Unlock()
+			n.mu.Unlock()
 			continue
 		}
 		for _, other := range d.networks {
 			if other.vni == n.vni {
 				d.mu.Unlock()
+				n.mu.Unlock()
 				return fmt.Errorf("%w: VNI %d is used by network %s on this node", ErrConflict, n.vni, other.id)
 			}
 		}
@@ -198,6 +199,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 		d.mu.Unlock()
 		break
 	}
+	defer n.mu.Unlock()
 	if err := d.persistNewNetwork(n); err != nil {
 		return err
 	}
@@ -378,22 +380,50 @@ func (d *Driver) apply(n *network, changes []peerdb.Change) error {
 			errs = append(errs, err)
 		}
 	}
-	for i, err := range d.kernel.Program(n.sandbox, b.ops) {
-		if err != nil && !(isDelete(b.ops[i].Kind) && errors.Is(err, kernel.ErrNotFound)) {
-			errs = append(errs, err)
-		}
-	}
-	// A VTEP's IPsec state goes after its last FDB entry.
-	for _, vtep := range b.released {
-		if err := d.encryption().RemoveRemote(vtep); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, d.program(n, b.ops))
+	errs = append(errs, d.releaseRemotes(n, b.released))
 	if err := errors.Join(errs...); err != nil {
 		n.kickLoop() // the reconciler repairs what failed
 		return fmt.Errorf("program peers of network %s: %w", n.id, err)
 	}
 	return nil
+}
+
+// takeRemote takes the IPsec reference of a remote VTEP of encrypted
+// network n, before its first FDB entry is written: its traffic is never
+// sent unprotected. Caller holds n.mu.
+func (d *Driver) takeRemote(n *network, vtep netip.Addr) error {
+	if !n.opts.encrypted {
+		return nil
+	}
+	return d.encryption().AddRemote(vtep)
+}
+
+// releaseRemotes drops the IPsec references of remote VTEPs of encrypted
+// network n after their last FDB entry went. Caller holds n.mu.
+func (d *Driver) releaseRemotes(n *network, vteps []netip.Addr) error {
+	if !n.opts.encrypted {
+		return nil
+	}
+	var errs []error
+	for _, vtep := range vteps {
+		errs = append(errs, d.encryption().RemoveRemote(vtep))
+	}
+	return errors.Join(errs...)
+}
+
+// program sends ops to n's sandbox in one batch, in order: the one way
+// both the fast path (apply) and the reconciler (syncEntries) write
+// entries. Deleting what is already gone is not an error. Caller holds
+// n.mu.
+func (d *Driver) program(n *network, ops []kernel.EntryOp) error {
+	var errs []error
+	for i, err := range d.kernel.Program(n.sandbox, ops) {
+		if err != nil && !(isDelete(ops[i].Kind) && errors.Is(err, kernel.ErrNotFound)) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func isDelete(k kernel.EntryOpKind) bool {
@@ -404,8 +434,8 @@ func isDelete(k kernel.EntryOpKind) bool {
 // the network and is reused: programming a peer allocates nothing here.
 type entryBatch struct {
 	ops []kernel.EntryOp
-	// released are the remote VTEPs of an encrypted network whose last
-	// FDB entry goes in ops.
+	// released are the remote VTEPs whose last FDB entry goes in ops
+	// (releaseRemotes).
 	released []netip.Addr
 }
 
@@ -429,9 +459,7 @@ func (d *Driver) plan(n *network, c peerdb.Change, b *entryBatch) error {
 		}
 		if macs.Add(e.MAC, 1) == 1 {
 			if len(macs) == 1 {
-				if n.opts.encrypted {
-					errs = append(errs, d.encryption().AddRemote(e.VTEP))
-				}
+				errs = append(errs, d.takeRemote(n, e.VTEP))
 				if n.opts.flood {
 					b.add(kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{VTEP: e.VTEP}})
 				}
@@ -451,9 +479,7 @@ func (d *Driver) plan(n *network, c peerdb.Change, b *entryBatch) error {
 				if n.opts.flood {
 					b.add(kernel.EntryOp{Kind: kernel.OpDeleteFDB, FDB: kernel.FDBEntry{VTEP: e.VTEP}})
 				}
-				if n.opts.encrypted {
-					b.released = append(b.released, e.VTEP)
-				}
+				b.released = append(b.released, e.VTEP)
 			}
 		}
 	}

@@ -4,11 +4,16 @@ package driver
 // network's peer db (every remote binding a neighbour entry, every
 // (MAC, VTEP) an FDB entry, with the flood option a flood entry per remote
 // VTEP) and its sandbox's devices; actual state is read back from the
-// kernel. Incremental programming (program, in network.go) applies each
-// peer db change at once, the fast path; the reconciler compares the whole
-// and repairs what differs, after any kernel error of the fast path, on
-// the sandbox's change events, at start and periodically (Run). Both work
-// under the network's lock, so they never interleave.
+// kernel.
+//
+// Programming is one path, desired -> apply -> resync on error (as Felix's
+// vxlanfdb): every change goes into the peer db first; apply (network.go)
+// writes what the change makes differ, without reading the kernel back;
+// any error of it kicks this reconciler, which reads the kernel back and
+// writes whatever differs. It also runs on the sandbox's drift events, at
+// start and periodically (Run). Both halves write entries through program
+// and take and drop IPsec references through takeRemote and releaseRemotes,
+// in the same order, under the network's lock, so they never interleave.
 
 import (
 	"errors"
@@ -128,7 +133,9 @@ func (d *Driver) reconcile(n *network, full bool) (pass, error) {
 	if n.adopted && (full || d.peersSettled()) {
 		n.adopted = false
 	}
-	err := errors.Join(d.repairDevices(n, &p), d.syncRemotes(n), d.syncEntries(n, !n.adopted, &p))
+	devErr := d.repairDevices(n, &p)
+	gone, refErr := d.syncRemotes(n)
+	err := errors.Join(devErr, refErr, d.syncEntries(n, !n.adopted, &p), d.releaseRemotes(n, gone))
 	d.record(n, &p)
 	n.reconcileErr = err
 	if err != nil {
@@ -222,27 +229,25 @@ func desired(n *network) (map[netip.Addr]hwaddr.MAC, map[netip.Addr]countmap.Map
 }
 
 // syncRemotes makes n.fdb, the FDB reference counts, what the peer db
-// implies, and takes or drops the IPsec reference of each remote VTEP that
-// appears or goes (encrypted networks): a VTEP's IPsec policy exists before
-// its first FDB entry. Caller holds n.mu.
-func (d *Driver) syncRemotes(n *network) error {
+// implies. On an encrypted network it takes the IPsec reference of each
+// remote VTEP that appears, before its first FDB entry is written, and
+// returns the VTEPs that went, whose references releaseRemotes drops once
+// their entries are gone: the order apply keeps too. Caller holds n.mu.
+func (d *Driver) syncRemotes(n *network) (gone []netip.Addr, err error) {
 	_, want := desired(n)
 	var errs []error
-	if n.opts.encrypted {
-		enc := d.encryption()
-		for vtep := range want {
-			if n.fdb[vtep] == nil {
-				errs = append(errs, enc.AddRemote(vtep))
-			}
+	for vtep := range want {
+		if n.fdb[vtep] == nil {
+			errs = append(errs, d.takeRemote(n, vtep))
 		}
-		for vtep := range n.fdb {
-			if want[vtep] == nil {
-				errs = append(errs, enc.RemoveRemote(vtep))
-			}
+	}
+	for vtep := range n.fdb {
+		if want[vtep] == nil {
+			gone = append(gone, vtep)
 		}
 	}
 	n.fdb = want
-	return errors.Join(errs...)
+	return gone, errors.Join(errs...)
 }
 
 // syncEntries compares the sandbox's neighbour and FDB entries with the
@@ -323,13 +328,7 @@ func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
 			p.note(RepairFDBAdded, "%s dst %s was missing", e.MAC, e.VTEP)
 		}
 	}
-	var errs []error
-	for i, err := range d.kernel.Program(n.sandbox, ops) {
-		if err != nil && !(isDelete(ops[i].Kind) && errors.Is(err, kernel.ErrNotFound)) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return d.program(n, ops)
 }
 
 func notPermanent(b bool) string {

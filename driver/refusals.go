@@ -3,8 +3,9 @@ package driver
 import (
 	"cmp"
 	"slices"
-	"sync"
 	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // Swarm creates a network asynchronously: `docker network create` returns
@@ -32,7 +33,7 @@ type Refusal struct {
 type refusals struct {
 	// mu guards m. A leaf: taken under a network's lock (Join) or none,
 	// with nothing locked or called under it.
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.Refusals]
 	m  map[string]Refusal
 }
 

@@ -8,10 +8,10 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // Overhead is what ESP in transport mode adds to every VXLAN packet: SPI
@@ -119,7 +119,7 @@ type Manager struct {
 	// xfrm and firewall call is made under it, so a key change never
 	// interleaves with programming a peer. Lock order: network.mu → mu →
 	// driver.mu; the control plane's lock (taken by Publish) sits below it.
-	mu       sync.Mutex
+	mu       lockrank.Mutex[lockrank.Encryption]
 	keyring  *Keyring
 	peerKeys map[netip.Addr][]PublicKey
 	// refs counts, per remote VTEP, the encrypted networks that reach it.

@@ -5,7 +5,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"sync"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // NodeData is where the public keys go to reach the other hosts: the
@@ -28,7 +29,7 @@ type Publisher struct {
 
 	// mu guards latest, encoded and node. A leaf, taken under the
 	// encryption mutex.
-	mu      sync.Mutex
+	mu      lockrank.Mutex[lockrank.Publisher]
 	latest  []PublicKey
 	encoded []byte
 	node    NodeData

@@ -35,7 +35,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -43,6 +42,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 )
 
@@ -81,7 +81,7 @@ type Firewall struct {
 	// mu guards conn (its buffered batch) and vnis, and serialises changes
 	// so that the kernel's table and vnis move together. It is a leaf
 	// lock: nothing else is locked while it is held (only netlink I/O).
-	mu   sync.Mutex
+	mu   lockrank.Mutex[lockrank.Firewall]
 	conn *nftables.Conn
 	// vnis are the enabled VNIs; the table exists iff this is not empty
 	// (as far as we know: Reconcile repairs outside interference).

@@ -21,9 +21,9 @@ package kernel
 
 import (
 	"net/netip"
-	"sync"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // maxEchoes bounds the records of a sandbox: when full, they are all
@@ -47,7 +47,7 @@ type echo struct {
 type echoes struct {
 	// mu guards m. A leaf: taken under pipeline.mu while a window is
 	// sent (expect), and alone by the watches (seen) and on failures.
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.Echoes]
 	m  map[echoKey]echo // nil when empty, so a burst's map is freed
 }
 

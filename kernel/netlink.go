@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
 
@@ -69,7 +69,7 @@ type Netlink struct {
 	// rtnetlink sockets) keyed by sandbox name, and the refs field of every
 	// sandbox. It is a leaf lock: nothing else is locked and no netlink or
 	// file system call is made while it is held.
-	mu        sync.Mutex
+	mu        lockrank.Mutex[lockrank.SandboxCache]
 	sandboxes map[string]*sandbox
 }
 

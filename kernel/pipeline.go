@@ -11,11 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 const (
@@ -40,7 +41,7 @@ type pipeline struct {
 
 	// mu guards s and seq: one window of requests and its acks at a time
 	// on the socket. Above echoes.mu; nothing else is taken under it.
-	mu  sync.Mutex
+	mu  lockrank.Mutex[lockrank.Pipeline]
 	s   *nl.NetlinkSocket
 	seq uint32
 	out []byte

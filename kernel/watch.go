@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 
 	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // watchBuffer is the receive buffer of a watch socket, a bound that
@@ -106,7 +107,7 @@ const watchQueue = 1 << 16
 type eventQueue struct {
 	// mu guards q, dropped and closed. A leaf; wake is signalled after
 	// it is released.
-	mu      sync.Mutex
+	mu      lockrank.Mutex[lockrank.EventQueue]
 	q       []Event
 	dropped bool
 	closed  bool

@@ -29,11 +29,11 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // Defaults.
@@ -70,7 +70,7 @@ type Watcher struct {
 
 	// mu guards due and asked. A leaf: nothing else is locked or called
 	// under it.
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.ServiceWatch]
 	// due maps a network to the times it is to be asked, earliest first;
 	// asked to when it was last asked.
 	due   map[string][]time.Time

@@ -11,6 +11,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
@@ -48,7 +49,7 @@ type guard struct {
 
 	// mu guards closing and the Add side of inflight, so that no call can
 	// enter after drain has started waiting.
-	mu       sync.Mutex
+	mu       lockrank.Mutex[lockrank.Guard]
 	closing  bool
 	inflight sync.WaitGroup
 	count    int

@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/internal/netlinkutil"
 	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 )
@@ -38,7 +38,7 @@ const probeSPI = 0x0E5CFFFF
 type XFRM struct {
 	// mu guards h: it serialises requests on the one netlink socket and
 	// Close. It is a leaf lock: nothing else is locked while it is held.
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.XFRM]
 	h  *netlink.Handle // nil once closed
 }
 

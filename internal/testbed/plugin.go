@@ -17,6 +17,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,7 +68,12 @@ func PluginBinary() (string, error) {
 		}
 		built.dir = dir
 		out := filepath.Join(dir, "overlay-plugin")
-		cmd := exec.Command(goBin, "build", "-o", out, "./cmd/overlay-plugin")
+		args := []string{"build", "-o", out}
+		if lockrank.Checking {
+			// A suite that checks the lock order checks its plugins' too.
+			args = append(args, "-tags", "lockrank")
+		}
+		cmd := exec.Command(goBin, append(args, "./cmd/overlay-plugin")...)
 		cmd.Dir = root
 		done := make(chan struct{})
 		var output []byte

@@ -1,0 +1,36 @@
+// Package lockrank is the plugin's lock order, in one place, and its check.
+//
+// Every mutex of the plugin's own code is a Mutex[C] whose class C names
+// its rank. A goroutine may take a lock only if every lock it holds ranks
+// above it: the order is total, so a cycle (a deadlock) cannot be written
+// without a test built with the lockrank tag failing where the order is
+// broken (make test runs the in-process suites that way). In other builds
+// a Mutex is a sync.Mutex and costs nothing more.
+//
+// The lock graph, top to bottom (an arrow is "is taken while holding"):
+//
+//	rank  class         mutex                      guards                                        taken under
+//	1     Network       driver network.mu          one network: endpoints, peer db, FDB counts,  -
+//	                                               sandbox and its kernel state
+//	2     Encryption    encryption Manager.mu      keys, peers' public keys, per-VTEP refcounts, Network
+//	                                               every xfrm and firewall call
+//	3     Publisher     encryption Publisher.mu    the latest public keys to gossip              Encryption
+//	4     Cluster       cluster Cluster.mu         gossip records, members, outboxes             Network
+//	5     RateLog       cluster logLimiter.mu      rejection log rate per reason                 Cluster
+//	6     Driver        driver Driver.mu           the network table, VTEP, nodes, run context   Network, Encryption
+//	7     LBSandboxes   driver lbSandboxes.mu      containers' service VIP tables                Network
+//	8     Refusals      driver refusals.mu         networks this host refused                    Network
+//	9     GroupCommit   driver groupCommit.mu      the state writes waiting for a transaction    Network
+//	10    SandboxCache  kernel Netlink.mu          open sandbox namespaces and their sockets     Network
+//	11    Pipeline      kernel pipeline.mu         one window of requests on a sandbox socket    Network
+//	12    Echoes        kernel echoes.mu           the FDB events our own requests will cause    Pipeline
+//	13    EventQueue    kernel eventQueue.mu       a watch's queued events                       -
+//	14    XFRM          netlinkxfrm XFRM.mu        the xfrm netlink socket                       Encryption
+//	15    Firewall      firewall Firewall.mu       the nftables batch and guarded VNIs           Encryption
+//	16    ServiceWatch  servicewatch Watch.mu      which networks' services are due              -
+//	17    Guard         cmd guard.mu               the shutdown flag and in-flight calls         -
+//
+// Locks of other modules sit below every lock here that calls into them
+// (memberlist's node lock below Network, bbolt's below GroupCommit); the
+// control plane never calls the driver (its Sink) holding Cluster.mu.
+package lockrank
