@@ -1,8 +1,11 @@
 package lockrank
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,5 +69,44 @@ func TestHeldRefusesWhatRanksAbove(t *testing.T) {
 	h.release(2, net)
 	if len(h.by) != 0 {
 		t.Fatalf("held after every release: %v", h.by)
+	}
+}
+
+// Every mutex of the plugin's own code has a rank: a plain sync.Mutex
+// would sit outside the checked order. Test doubles and test harnesses,
+// whose locks no production path takes, are exempt.
+func TestEveryMutexHasARank(t *testing.T) {
+	exempt := []string{"bench/", "internal/testbed/", "internal/testns/", "internal/demo/", "internal/faults/",
+		"internal/lockrank/", "kernel/fakekernel/", "encryption/fakexfrm/", "servicelb/fakelb/", "cluster/memnet/", "test/"}
+	plain := regexp.MustCompile(`sync\.(RW)?Mutex\b`)
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if e.IsDir() {
+			if strings.HasPrefix(e.Name(), ".") && rel != "." || slices.Contains(exempt, rel+"/") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, l := range strings.Split(string(src), "\n") {
+			if plain.MatchString(l) && !strings.HasPrefix(strings.TrimSpace(l), "//") {
+				t.Errorf("%s:%d: a mutex without a rank (make it a lockrank.Mutex and add it to doc.go): %s", rel, i+1, strings.TrimSpace(l))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
