@@ -230,22 +230,22 @@ func validSandboxKey(key string) error {
 // servicesState reports the network's services with this host's
 // connection counts. Caller holds n.mu; reads the containers' counters.
 func (d *Driver) servicesState(n *network) []ServiceState {
+	st, paths := n.serviceStates(d)
+	d.countConnections(st, paths)
+	return st
+}
+
+// serviceStates copies n's services and their backends, and names the
+// namespaces whose load-balancing counters hold their connections (for
+// countConnections). Caller holds n.mu.
+func (n *network) serviceStates(d *Driver) ([]ServiceState, []string) {
 	if len(n.services) == 0 {
-		return nil
+		return nil, nil
 	}
-	counts := map[servicelb.Backend]uint64{}
-	if d.lb != nil {
-		for _, ep := range n.endpoints {
-			if !ep.joined || ep.sandboxKey == "" {
-				continue
-			}
-			c, err := d.lbNS.counters(d.lb, d.sandboxPath(ep.sandboxKey))
-			if err != nil {
-				continue
-			}
-			for k, v := range c {
-				counts[k] += v
-			}
+	var paths []string
+	for _, ep := range n.endpoints {
+		if ep.joined && ep.sandboxKey != "" {
+			paths = append(paths, d.sandboxPath(ep.sandboxKey))
 		}
 	}
 	out := make([]ServiceState, 0, len(n.services))
@@ -253,9 +253,34 @@ func (d *Driver) servicesState(n *network) []ServiceState {
 		s := n.services[i]
 		st := ServiceState{Name: s.Name, VIP: s.VIP, Ports: slices.Clone(s.Ports), Tasks: len(s.Endpoints), Backends: []BackendState{}}
 		for _, a := range b.Backends {
-			st.Backends = append(st.Backends, BackendState{Addr: a, Connections: counts[servicelb.Backend{VIP: s.VIP, Addr: a}]})
+			st.Backends = append(st.Backends, BackendState{Addr: a})
 		}
 		out = append(out, st)
 	}
-	return out
+	return out, paths
+}
+
+// countConnections fills in the connections of each backend from the
+// load-balancing counters of the namespaces at paths. It needs no network
+// lock; a namespace gone meanwhile counts nothing.
+func (d *Driver) countConnections(states []ServiceState, paths []string) {
+	if d.lb == nil || len(states) == 0 {
+		return
+	}
+	counts := map[servicelb.Backend]uint64{}
+	for _, p := range paths {
+		c, err := d.lbNS.counters(d.lb, p)
+		if err != nil {
+			continue
+		}
+		for k, v := range c {
+			counts[k] += v
+		}
+	}
+	for i := range states {
+		for j := range states[i].Backends {
+			b := &states[i].Backends[j]
+			b.Connections = counts[servicelb.Backend{VIP: states[i].VIP, Addr: b.Addr}]
+		}
+	}
 }

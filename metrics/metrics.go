@@ -24,7 +24,7 @@ const ns = "overlay_plugin"
 // Sources are read at every scrape. Each may be nil, and Cluster and
 // Encryption report false while their part is not running.
 type Sources struct {
-	Networks func() []driver.NetworkState
+	Networks func() []driver.NetworkStats
 	// Repairs are the reconcilers' repairs by kind (driver.Repairs).
 	Repairs    func() map[string]uint64
 	Cluster    func() (cluster.Stats, bool)
@@ -167,7 +167,7 @@ func bool01(b bool) float64 {
 	return 0
 }
 
-func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkState) {
+func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkStats) {
 	for _, n := range nets {
 		if n.Refused != nil {
 			counter(ch, netRefused, uint64(n.Refused.Count), n.ID)
@@ -176,18 +176,12 @@ func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkState) {
 			}
 		}
 		vni := strconv.FormatUint(uint64(n.VNI), 10)
-		joined := 0
-		for _, e := range n.Endpoints {
-			if e.Joined {
-				joined++
-			}
-		}
-		gauge(ch, netEndpoints, float64(joined), n.ID, vni, "true")
-		gauge(ch, netEndpoints, float64(len(n.Endpoints)-joined), n.ID, vni, "false")
-		gauge(ch, netPeers, float64(len(n.Peers)), n.ID, vni)
-		gauge(ch, netSandbox, bool01(n.Sandbox != ""), n.ID, vni)
-		if n.Kernel != nil {
-			gauge(ch, netFDB, float64(len(n.Kernel.FDB)), n.ID, vni)
+		gauge(ch, netEndpoints, float64(n.Joined), n.ID, vni, "true")
+		gauge(ch, netEndpoints, float64(n.Unjoined), n.ID, vni, "false")
+		gauge(ch, netPeers, float64(n.Remote), n.ID, vni)
+		gauge(ch, netSandbox, bool01(n.Sandbox), n.ID, vni)
+		if n.FDBEntries >= 0 {
+			gauge(ch, netFDB, float64(n.FDBEntries), n.ID, vni)
 		}
 		for _, s := range n.Services {
 			vip := s.VIP.String()

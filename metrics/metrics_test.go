@@ -14,8 +14,6 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/cluster"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
-	"github.com/overlay-plugin/overlay-plugin/kernel"
-	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
 func scrape(t *testing.T, src Sources, calls *Calls) string {
@@ -31,15 +29,12 @@ func scrape(t *testing.T, src Sources, calls *Calls) string {
 
 func TestScrape(t *testing.T) {
 	src := Sources{
-		Networks: func() []driver.NetworkState {
-			return []driver.NetworkState{{
-				ID: "net1", VNI: 256, Sandbox: "net1",
-				Endpoints: []driver.EndpointState{{ID: "a", Joined: true}, {ID: "b"}},
-				Peers:     []peerdb.Peer{{EndpointID: "r1"}, {EndpointID: "r2"}},
-				Kernel:    &driver.KernelState{FDB: []kernel.FDBEntry{{}, {}}},
+		Networks: func() []driver.NetworkStats {
+			return []driver.NetworkStats{{
+				ID: "net1", VNI: 256, Sandbox: true, Joined: 1, Unjoined: 1, Remote: 2, FDBEntries: 2,
 				Services: []driver.ServiceState{{Name: "web", VIP: netip.MustParseAddr("10.0.0.2"), Tasks: 3,
 					Backends: []driver.BackendState{{Addr: netip.MustParseAddr("10.0.0.3"), Connections: 5}, {Addr: netip.MustParseAddr("10.0.0.4")}}}},
-			}, {ID: "enc1", Refused: &driver.Refusal{Reason: "no secret", Count: 3}}}
+			}, {ID: "enc1", FDBEntries: -1, Refused: &driver.Refusal{Reason: "no secret", Count: 3}}}
 		},
 		Cluster: func() (cluster.Stats, bool) {
 			return cluster.Stats{MembersAlive: 3, Records: 7, BytesSent: 1000, RejectedVTEP: 2, RejectedCompressed: 5, MetaPushPulls: 4}, true

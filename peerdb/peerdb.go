@@ -256,6 +256,17 @@ func (db *DB) peer(id string, e entry) Peer {
 // Len is the number of peers.
 func (db *DB) Len() int { return len(db.peers) }
 
+// RemoteCount is the number of remote peers.
+func (db *DB) RemoteCount() int {
+	n := 0
+	for _, e := range db.peers {
+		if !e.local {
+			n++
+		}
+	}
+	return n
+}
+
 // Peers returns copies of all peers, sorted by endpoint id.
 func (db *DB) Peers() []Peer {
 	out := make([]Peer, 0, len(db.peers))

@@ -214,7 +214,7 @@ func (b adminBackend) RotateKeys() error {
 // metricsSources reads the driver and, once it runs, the control plane.
 func metricsSources(g *guard, cps *cpHolder) metrics.Sources {
 	return metrics.Sources{
-		Networks: g.networks,
+		Networks: g.Stats,
 		Repairs:  g.Repairs,
 		Cluster: func() (cluster.Stats, bool) {
 			if cp := cps.get(); cp != nil && cp.cluster != nil {

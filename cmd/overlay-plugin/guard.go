@@ -21,6 +21,7 @@ type backend interface {
 	api.Driver
 	adminapi.Backend
 	Repairs() map[string]uint64
+	Stats() []driver.NetworkStats
 }
 
 var (
@@ -72,13 +73,13 @@ func (g *guard) fail(err error) {
 	close(g.ready)
 }
 
-// networks is the driver's state for metrics: nil until the driver is
+// Stats is the driver's figures for metrics: nil until the driver is
 // ready, and not counted or logged as a call.
-func (g *guard) networks() []driver.NetworkState {
+func (g *guard) Stats() []driver.NetworkStats {
 	if !g.Ready() {
 		return nil
 	}
-	return g.drv.State()
+	return g.drv.Stats()
 }
 
 // Repairs is the reconcilers' repair counts for metrics: nil until the
