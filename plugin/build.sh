@@ -31,13 +31,13 @@ if [[ ! -x $bin || ${REBUILD:-0} == 1 ]]; then
 fi
 [[ -x $bin ]] || die "$bin is not an executable"
 # The rootfs has no libc: the binary must be static.
-if command -v readelf >/dev/null && readelf -l "$bin" 2>/dev/null | grep -q 'program interpreter'; then
+if command -v readelf >/dev/null && grep -q 'program interpreter' <<<"$(readelf -l "$bin" 2>/dev/null)"; then
 	die "$bin is dynamically linked; build it with CGO_ENABLED=0"
 fi
 
 # Forward secrecy of encrypted networks needs runtime/secret (see
 # encryption/erase.go); never ship a binary built without it.
-if command -v go >/dev/null && ! go version -m "$bin" | grep -q 'GOEXPERIMENT=.*runtimesecret'; then
+if command -v go >/dev/null && ! grep -q 'GOEXPERIMENT=.*runtimesecret' <<<"$(go version -m "$bin")"; then
 	die "$bin was built without GOEXPERIMENT=runtimesecret (make build sets it)"
 fi
 

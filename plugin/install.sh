@@ -110,6 +110,6 @@ if ((${#settings[@]})); then
 fi
 log "docker plugin enable $name"
 "${docker[@]}" plugin enable --timeout "${PLUGIN_ENABLE_TIMEOUT:-30}" "$name" >/dev/null
-"${docker[@]}" plugin ls --filter "enabled=true" --format '{{.Name}}' | grep -qxF "$name" \
+grep -qxF "$name" <<<"$("${docker[@]}" plugin ls --filter "enabled=true" --format '{{.Name}}')" \
 	|| die "plugin $name is not enabled"
 log "enabled; its network driver is $name: docker network create -d $name ..."
