@@ -108,16 +108,26 @@ bench-scale-realtime:
 	flock /tmp/overlay-timing.lock build/scale-realtime -hosts $(REALTIME_HOSTS) -reps $(REALTIME_REPS) -out bench/results/scale-realtime
 
 # make bench: every speed claim against its reference, in the same run,
-# interleaved (docs/benchmarks.md). The kernel path (bench/kernelpath):
-# peers programmed per second, this driver against moby's overlay driver
-# in-process, a raw netlink loop and ip/bridge -batch; Join latency, both
-# drivers. Each run is a child process in namespaces of its own. Writes
-# bench/results/{peers,join}.{json,md,png}. Root; holds the timing lock.
-BENCH_REPS ?= 3
+# interleaved (docs/benchmarks.md). Two parts (BENCH_PARTS selects):
+# kernel, the kernel path (bench/kernelpath): peers programmed per second,
+# this driver against moby's overlay driver in-process, a raw netlink loop
+# and ip/bridge -batch; Join latency, both drivers; each run a child
+# process in namespaces of its own; bench/results/{peers,join}.*.
+# swarm (scripts/bench-swarm.sh): the two-dockerd swarm of the e2e harness
+# in namespaces prefixed obs<pid>; docker run -> reachable from the other
+# node, cold and warm, and cross-host TCP throughput, the plugin against
+# Docker's overlay (and the underlay); bench/results/{reach,throughput}.*.
+# Root; the whole run holds the timing lock. Both parts run even if the
+# first fails; the target fails if either does.
+BENCH_REPS  ?= 3
+BENCH_PARTS ?= kernel swarm
 bench:
 	@mkdir -p build
 	cd bench && $(GO) build -o ../build/bench ./cmd/bench
-	flock $(SCALE_LOCK) build/bench -reps $(BENCH_REPS) -out bench/results
+	flock $(SCALE_LOCK) bash -c 'st=0; \
+		if [[ " $(BENCH_PARTS) " == *" kernel "* ]]; then build/bench -reps $(BENCH_REPS) -out bench/results || st=1; fi; \
+		if [[ " $(BENCH_PARTS) " == *" swarm "* ]]; then BENCH_REPS=$(BENCH_REPS) bash scripts/bench-swarm.sh || st=1; fi; \
+		exit $$st'
 
 # The Docker managed plugin: build/plugin (config.json + rootfs), no image
 # registry involved; plugin-install creates and enables it in the local

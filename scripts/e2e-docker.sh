@@ -68,18 +68,6 @@ e2e_kernel_has_esp() {
 	ip -n "$E2E_PREFIX-sw" xfrm state flush
 }
 
-# e2e_check_clean: after cleanup, nothing of this run may be left.
-e2e_check_clean() {
-	local left=() i
-	for ((i = 0; i < ${#_E2E_NETNS[@]}; i++)); do
-		grep -qw -- "${_E2E_NETNS[i]}" <<<"$(ip netns list)" && left+=("netns ${_E2E_NETNS[i]}")
-	done
-	for i in "${E2E_DOCKERD_PIDS[@]}"; do kill -0 "$i" 2>/dev/null && left+=("dockerd pid $i"); done
-	grep -qF "$E2E_TMP" <<<"$(findmnt -rn -o TARGET)" && left+=("mounts under $E2E_TMP")
-	[[ -e $E2E_TMP ]] && [[ -z ${E2E_KEEP_TMP:-} ]] && left+=("$E2E_TMP")
-	((${#left[@]} == 0)) || { printf 'left behind: %s\n' "${left[*]}" >&2; return 1; }
-}
-
 main() {
 	phase "setup: packages, namespaces, dockerd x$E2E_NODES, swarm, image"
 	e2e_setup

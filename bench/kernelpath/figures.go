@@ -54,7 +54,7 @@ func RunPeers(o Options) (*PeersReport, error) {
 					if err := spawn(job, &res); err != nil {
 						return rep, err
 					}
-					rep.Env.sample()
+					rep.Env.Sample()
 					rep.Runs = append(rep.Runs, PeersRun{Rep: r, System: sys, Networks: nets, Peers: peers, PeersResult: res})
 					rep.Correct = rep.Correct && res.Correct
 					rates[sys] = append(rates[sys], res.PeersPerSec)
@@ -75,7 +75,7 @@ func RunPeers(o Options) (*PeersReport, error) {
 			rep.Cases = append(rep.Cases, c)
 		}
 	}
-	rep.Env.done()
+	rep.Env.Done()
 	return rep, nil
 }
 
@@ -123,7 +123,7 @@ func RunJoin(o Options) (*JoinReport, error) {
 			if err != nil {
 				return rep, err
 			}
-			rep.Env.sample()
+			rep.Env.Sample()
 			rep.Runs = append(rep.Runs, JoinRun{Rep: r, System: sys, JoinResult: res})
 			// Only the plugin's failures fail the figure; moby's are
 			// recorded in its runs.
@@ -148,7 +148,7 @@ func RunJoin(o Options) (*JoinReport, error) {
 		rep.FirstP50[sys], rep.ExistingP50[sys], rep.ConcOverSeq[sys] = stat(first[sys]), stat(existing[sys]), stat(conc[sys])
 	}
 	rep.FirstRatio, rep.ExistingRatio, rep.ConcRatio = stat(fr), stat(er), stat(cr)
-	rep.Env.done()
+	rep.Env.Done()
 	return rep, nil
 }
 

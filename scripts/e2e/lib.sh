@@ -143,6 +143,9 @@ e2e_node_name() { echo "node$(($1 + 1))"; }
 e2e_node_addr() { echo "$E2E_UNDERLAY.1$(($1 + 1))"; }
 e2e_node_dir() { echo "$E2E_TMP/n$(($1 + 1))"; }
 e2e_node_sock() { echo "/run/$E2E_PREFIX-n$(($1 + 1)).sock"; }
+e2e_switch_ns() { echo "$E2E_PREFIX-sw"; }
+# e2e_switch_port I: node I's port on br0, in the switch namespace.
+e2e_switch_port() { echo "p$(($1 + 1))"; }
 
 # _e2e_mountpoint_dir DIR: make sure DIR exists (to mount over it in a node's
 # mount namespace); remember it for removal at cleanup if we created it.
@@ -165,7 +168,8 @@ e2e_make_tmp() {
 
 # e2e_topology: the switch namespace and E2E_NODES node namespaces.
 e2e_topology() {
-	local sw="$E2E_PREFIX-sw" i ns
+	local sw i ns p
+	sw=$(e2e_switch_ns)
 	log "creating namespaces: $sw and $E2E_NODES nodes on $E2E_UNDERLAY.0/24"
 	ip netns add "$sw" || die "ip netns add $sw"
 	_E2E_NETNS+=("$sw")
@@ -178,8 +182,9 @@ e2e_topology() {
 		_E2E_NETNS+=("$ns")
 		ip -n "$ns" link set lo up
 		# Both ends are created inside our namespaces, never in the root one.
-		ip -n "$sw" link add "p$((i + 1))" type veth peer name eth0 netns "$ns"
-		ip -n "$sw" link set "p$((i + 1))" master br0 up
+		p=$(e2e_switch_port "$i")
+		ip -n "$sw" link add "$p" type veth peer name eth0 netns "$ns"
+		ip -n "$sw" link set "$p" master br0 up
 		ip -n "$ns" addr add "$(e2e_node_addr "$i")/24" dev eth0
 		ip -n "$ns" link set eth0 up
 		ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
@@ -523,6 +528,18 @@ e2e_cleanup() {
 		fi
 	fi
 	log "cleanup done"
+}
+
+# e2e_check_clean: after cleanup, nothing of this run may be left.
+e2e_check_clean() {
+	local left=() i
+	for ((i = 0; i < ${#_E2E_NETNS[@]}; i++)); do
+		grep -qw -- "${_E2E_NETNS[i]}" <<<"$(ip netns list)" && left+=("netns ${_E2E_NETNS[i]}")
+	done
+	for i in "${E2E_DOCKERD_PIDS[@]}"; do kill -0 "$i" 2>/dev/null && left+=("dockerd pid $i"); done
+	grep -qF "$E2E_TMP" <<<"$(findmnt -rn -o TARGET)" && left+=("mounts under $E2E_TMP")
+	[[ -e $E2E_TMP ]] && [[ -z ${E2E_KEEP_TMP:-} ]] && left+=("$E2E_TMP")
+	((${#left[@]} == 0)) || { printf 'left behind: %s\n' "${left[*]}" >&2; return 1; }
 }
 
 # e2e_setup: everything up to a ready swarm with the image on every node.

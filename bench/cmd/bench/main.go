@@ -1,8 +1,11 @@
-// Command bench runs the kernel-path figures of make bench (package
+// Command bench runs the figures of make bench. The kernel path (package
 // kernelpath): peer programming and Join latency, this plugin against
 // Docker's overlay driver and the references, each run a child process in
-// namespaces of its own. Root; run it alone on the machine (make bench
-// holds /tmp/overlay-timing.lock).
+// namespaces of its own. The swarm (package swarm): docker run → reachable
+// and cross-host TCP throughput on a running two-node swarm given by the
+// -swarm-* flags (scripts/bench-swarm.sh builds the swarm and passes them).
+// Root; run it alone on the machine (make bench holds
+// /tmp/overlay-timing.lock).
 package main
 
 import (
@@ -16,6 +19,8 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/bench/kernelpath"
+	"github.com/overlay-plugin/overlay-plugin/bench/report"
+	"github.com/overlay-plugin/overlay-plugin/bench/swarm"
 )
 
 func main() {
@@ -27,7 +32,7 @@ func main() {
 		return
 	}
 	o := kernelpath.DefaultOptions()
-	figures := flag.String("figures", "peers,join", "figures to run: peers, join")
+	figures := flag.String("figures", "peers,join", "figures to run: peers, join; reach, throughput (need the -swarm-* flags)")
 	flag.IntVar(&o.Reps, "reps", o.Reps, "repetitions, interleaved")
 	peers := flag.String("peers", "10000,50000", "peer counts (in all, split over the networks)")
 	nets := flag.String("networks", "1,8", "network counts of the peers figure")
@@ -37,6 +42,16 @@ func main() {
 	flag.IntVar(&o.Joins, "joins", o.Joins, "Joins of the join figure's sequential and concurrent rounds")
 	out := flag.String("out", "bench/results", "directory for <figure>.{json,md,png}")
 	flag.StringVar(&o.StateDir, "state-dir", "build/bench-state", "directory (on disk) for the plugin's state.db in join runs")
+	so := swarm.DefaultOptions()
+	swarmCLI := flag.String("swarm-docker", "docker", "docker CLI for the swarm figures")
+	swarmHosts := flag.String("swarm-hosts", "", "the swarm's docker daemons, manager first: unix:///run/obs-n1.sock,unix:///run/obs-n2.sock")
+	swarmNetNS := flag.String("swarm-netns", "", "the nodes' network namespaces, in the same order: /run/netns/obs-n1,/run/netns/obs-n2")
+	swarmAddrs := flag.String("swarm-addrs", "", "the nodes' underlay addresses, in the same order")
+	flag.StringVar(&so.Plugin, "swarm-plugin", so.Plugin, "the plugin's driver name on the swarm")
+	flag.StringVar(&so.Image, "swarm-image", so.Image, "busybox image present on every node")
+	flag.DurationVar(&so.Duration, "swarm-duration", so.Duration, "how long each throughput run sends")
+	swarmWire := flag.String("swarm-wire", "", "NETNS:IFACE where node1's underlay traffic is counted (the switch's port of node1); empty: not checked")
+	swarmStreams := flag.String("swarm-streams", "1,4", "parallel TCP streams of the throughput figure")
 	flag.Parse()
 	logger := log.New(os.Stderr, "", log.Ltime)
 	o.Progress = func(s string) { logger.Print(s) }
@@ -50,6 +65,27 @@ func main() {
 	o.Systems = strings.Split(*systems, ",")
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		logger.Fatal(err)
+	}
+	so.Reps, so.Progress = o.Reps, o.Progress
+	if so.Streams, err = ints(*swarmStreams); err != nil {
+		logger.Fatal(err)
+	}
+	if *swarmWire != "" {
+		var ok bool
+		if so.WireNS, so.WireIf, ok = strings.Cut(*swarmWire, ":"); !ok {
+			logger.Fatalf("-swarm-wire %q: want NETNS:IFACE", *swarmWire)
+		}
+	}
+	swarmNodes := func() []swarm.Node {
+		hosts, nss, addrs := strings.Split(*swarmHosts, ","), strings.Split(*swarmNetNS, ","), strings.Split(*swarmAddrs, ",")
+		if *swarmHosts == "" || len(hosts) < 2 || len(nss) != len(hosts) || len(addrs) != len(hosts) {
+			logger.Fatal("the swarm figures need -swarm-hosts, -swarm-netns and -swarm-addrs, two nodes or more each (scripts/bench-swarm.sh passes them)")
+		}
+		var ns []swarm.Node
+		for i := range hosts {
+			ns = append(ns, swarm.Node{Name: fmt.Sprintf("node%d", i+1), CLI: []string{*swarmCLI, "-H", hosts[i]}, NetNS: nss[i], Addr: addrs[i]})
+		}
+		return ns
 	}
 	failed := false
 	for _, f := range strings.Split(*figures, ",") {
@@ -76,6 +112,26 @@ func main() {
 			failed = failed || !rep.Correct
 			plt, err := rep.Plot()
 			plotErr = errOr(err, func() error { return kernelpath.Write(*out, "join", rep, rep.Markdown(), plt) })
+			v = rep
+		case "reach":
+			so.Nodes = swarmNodes()
+			rep, err := swarm.RunReach(so)
+			if err != nil {
+				logger.Printf("reach: %v", err)
+			}
+			failed = failed || err != nil || !rep.Correct
+			plt, perr := rep.Plot()
+			plotErr = errOr(perr, func() error { return report.Write(*out, "reach", rep, rep.Markdown(), plt) })
+			v = rep
+		case "throughput":
+			so.Nodes = swarmNodes()
+			rep, err := swarm.RunThroughput(so)
+			if err != nil {
+				logger.Printf("throughput: %v", err)
+			}
+			failed = failed || err != nil || !rep.Correct
+			plt, perr := rep.Plot()
+			plotErr = errOr(perr, func() error { return report.Write(*out, "throughput", rep, rep.Markdown(), plt) })
 			v = rep
 		default:
 			logger.Fatalf("unknown figure %q", f)
