@@ -39,7 +39,13 @@ E2E_TMP=${E2E_TMP:-}
 E2E_DOCKER=()
 E2E_HOSTX=()
 E2E_DOCKERD_PIDS=()
-_E2E_CREATED_DIRS=()   # host directories created as mount points, removed at cleanup
+# Host directories created as mount points (/var/lib/docker, ...) are shared
+# by every harness run on the host: each mounts its own tmpfs over them in its
+# nodes' mount namespaces, and removing one while another run uses it would
+# silently detach that run's mounts. Every run holds _E2E_LOCK shared; the
+# directories created (listed in _E2E_LOCK.dirs) go with the last run out.
+_E2E_LOCK=/run/overlay-plugin-e2e.lock
+_E2E_LOCK_FD=
 _E2E_NETNS=()
 _E2E_CLEANED=0
 
@@ -150,9 +156,27 @@ e2e_switch_port() { echo "p$(($1 + 1))"; }
 # _e2e_mountpoint_dir DIR: make sure DIR exists (to mount over it in a node's
 # mount namespace); remember it for removal at cleanup if we created it.
 _e2e_mountpoint_dir() {
+	if [[ -z $_E2E_LOCK_FD ]]; then
+		exec {_E2E_LOCK_FD}>>"$_E2E_LOCK"
+		flock -s "$_E2E_LOCK_FD"
+	fi
 	[[ -d $1 ]] && return 0
 	mkdir -p "$1"
-	_E2E_CREATED_DIRS+=("$1")
+	echo "$1" >>"$_E2E_LOCK.dirs"
+}
+
+# _e2e_release_mountpoint_dirs: the last run out removes the directories
+# the runs created (see _E2E_LOCK).
+_e2e_release_mountpoint_dirs() {
+	[[ -n $_E2E_LOCK_FD ]] || return 0
+	if flock -x -n "$_E2E_LOCK_FD"; then
+		if [[ -f $_E2E_LOCK.dirs ]]; then
+			tac "$_E2E_LOCK.dirs" | while read -r d; do rmdir "$d" 2>/dev/null; done
+			rm -f "$_E2E_LOCK.dirs"
+		fi
+	fi
+	exec {_E2E_LOCK_FD}>&-
+	_E2E_LOCK_FD=
 }
 
 # ---------------------------------------------------------------- topology
@@ -513,9 +537,7 @@ e2e_cleanup() {
 		ip netns del "${_E2E_NETNS[i]}" 2>/dev/null || warn "ip netns del ${_E2E_NETNS[i]} failed"
 	done
 	for ((i = 0; i < E2E_NODES; i++)); do rm -f "$(e2e_node_sock "$i")"; done
-	for ((i = ${#_E2E_CREATED_DIRS[@]} - 1; i >= 0; i--)); do
-		rmdir "${_E2E_CREATED_DIRS[i]}" 2>/dev/null
-	done
+	_e2e_release_mountpoint_dirs
 	if [[ -n $E2E_TMP && -d $E2E_TMP ]]; then
 		if grep -qF "$E2E_TMP" <<<"$(findmnt -rn -o TARGET)"; then
 			warn "mounts left under $E2E_TMP: $(findmnt -rn -o TARGET | grep -F "$E2E_TMP" | tr '\n' ' ')"
