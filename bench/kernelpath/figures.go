@@ -3,6 +3,8 @@ package kernelpath
 import (
 	"fmt"
 	"os"
+
+	"github.com/overlay-plugin/overlay-plugin/bench/report"
 )
 
 // PeersRun is one worker's run in the peers figure.
@@ -20,13 +22,13 @@ type PeersCase struct {
 	Peers    int `json:"peers"`
 	// Rate is peers per second by system; Ratio is the first system's
 	// rate over each other's, per repetition.
-	Rate  map[string]Stat `json:"peersPerSec"`
-	Ratio map[string]Stat `json:"ratio"`
+	Rate  map[string]report.Stat `json:"peersPerSec"`
+	Ratio map[string]report.Stat `json:"ratio"`
 }
 
 // PeersReport is the peers figure.
 type PeersReport struct {
-	Env     Env         `json:"env"`
+	Env     report.Env  `json:"env"`
 	Systems []string    `json:"systems"`
 	Batch   int         `json:"batch"`
 	Reps    int         `json:"reps"`
@@ -39,10 +41,10 @@ type PeersReport struct {
 // RunPeers runs the peers figure: for each setting, Reps repetitions of
 // every system in turn (A B C D A B C D ...), each a fresh worker.
 func RunPeers(o Options) (*PeersReport, error) {
-	rep := &PeersReport{Env: newEnv(), Systems: o.Systems, Batch: o.Batch, Reps: o.Reps, Correct: true}
+	rep := &PeersReport{Env: report.NewEnv(), Systems: o.Systems, Batch: o.Batch, Reps: o.Reps, Correct: true}
 	for _, nets := range o.NetworkCounts {
 		for _, peers := range o.PeerCounts {
-			c := PeersCase{Networks: nets, Peers: peers, Rate: map[string]Stat{}, Ratio: map[string]Stat{}}
+			c := PeersCase{Networks: nets, Peers: peers, Rate: map[string]report.Stat{}, Ratio: map[string]report.Stat{}}
 			rates := map[string][]float64{}
 			ratios := map[string][]float64{}
 			for r := range o.Reps {
@@ -54,28 +56,28 @@ func RunPeers(o Options) (*PeersReport, error) {
 					if err := spawn(job, &res); err != nil {
 						return rep, err
 					}
-					rep.Env.sample()
+					rep.Env.Sample()
 					rep.Runs = append(rep.Runs, PeersRun{Rep: r, System: sys, Networks: nets, Peers: peers, PeersResult: res})
 					rep.Correct = rep.Correct && res.Correct
 					rates[sys] = append(rates[sys], res.PeersPerSec)
 					got[sys] = res.PeersPerSec
 					o.Progress(fmt.Sprintf("peers: %d networks, %d peers, rep %d: %s %.0f peers/s, correct %v (load %s)",
-						nets, peers, r+1, sys, res.PeersPerSec, res.Correct, loadavg()))
+						nets, peers, r+1, sys, res.PeersPerSec, res.Correct, report.Loadavg()))
 				}
 				for _, sys := range o.Systems[1:] {
 					ratios[sys] = append(ratios[sys], got[o.Systems[0]]/got[sys])
 				}
 			}
 			for sys, v := range rates {
-				c.Rate[sys] = stat(v)
+				c.Rate[sys] = report.Of(v)
 			}
 			for sys, v := range ratios {
-				c.Ratio[sys] = stat(v)
+				c.Ratio[sys] = report.Of(v)
 			}
 			rep.Cases = append(rep.Cases, c)
 		}
 	}
-	rep.Env.done()
+	rep.Env.Done()
 	return rep, nil
 }
 
@@ -88,27 +90,27 @@ type JoinRun struct {
 
 // JoinReport is the join figure.
 type JoinReport struct {
-	Env      Env       `json:"env"`
-	Networks int       `json:"networks"`
-	Joins    int       `json:"joins"`
-	Reps     int       `json:"reps"`
-	Runs     []JoinRun `json:"runs"`
+	Env      report.Env `json:"env"`
+	Networks int        `json:"networks"`
+	Joins    int        `json:"joins"`
+	Reps     int        `json:"reps"`
+	Runs     []JoinRun  `json:"runs"`
 	// By system: medians of each run's first and existing-sandbox Join
 	// latencies (ms), and concurrent ÷ sequential wall time.
-	FirstP50    map[string]Stat `json:"firstJoinP50Ms"`
-	ExistingP50 map[string]Stat `json:"existingJoinP50Ms"`
-	ConcOverSeq map[string]Stat `json:"concurrentOverSequential"`
+	FirstP50    map[string]report.Stat `json:"firstJoinP50Ms"`
+	ExistingP50 map[string]report.Stat `json:"existingJoinP50Ms"`
+	ConcOverSeq map[string]report.Stat `json:"concurrentOverSequential"`
 	// Ratios, moby ÷ plugin per repetition (higher: the plugin is faster).
-	FirstRatio    Stat `json:"firstJoinRatio"`
-	ExistingRatio Stat `json:"existingJoinRatio"`
-	ConcRatio     Stat `json:"concurrentJoinsRatio"`
-	Correct       bool `json:"correct"`
+	FirstRatio    report.Stat `json:"firstJoinRatio"`
+	ExistingRatio report.Stat `json:"existingJoinRatio"`
+	ConcRatio     report.Stat `json:"concurrentJoinsRatio"`
+	Correct       bool        `json:"correct"`
 }
 
 // RunJoin runs the join figure, plugin and moby in turn Reps times.
 func RunJoin(o Options) (*JoinReport, error) {
-	rep := &JoinReport{Env: newEnv(), Networks: o.JoinNetworks, Joins: o.Joins, Reps: o.Reps, Correct: true,
-		FirstP50: map[string]Stat{}, ExistingP50: map[string]Stat{}, ConcOverSeq: map[string]Stat{}}
+	rep := &JoinReport{Env: report.NewEnv(), Networks: o.JoinNetworks, Joins: o.Joins, Reps: o.Reps, Correct: true,
+		FirstP50: map[string]report.Stat{}, ExistingP50: map[string]report.Stat{}, ConcOverSeq: map[string]report.Stat{}}
 	first, existing, conc := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	var fr, er, cr []float64
 	for r := range o.Reps {
@@ -123,32 +125,32 @@ func RunJoin(o Options) (*JoinReport, error) {
 			if err != nil {
 				return rep, err
 			}
-			rep.Env.sample()
+			rep.Env.Sample()
 			rep.Runs = append(rep.Runs, JoinRun{Rep: r, System: sys, JoinResult: res})
 			// Only the plugin's failures fail the figure; moby's are
 			// recorded in its runs.
 			rep.Correct = rep.Correct && (res.Correct || sys != "plugin")
 			got[sys] = res
-			addPos(first, sys, stat(res.FirstMs).Median)
-			addPos(existing, sys, stat(res.ExistingMs).Median)
+			addPos(first, sys, report.Of(res.FirstMs).Median)
+			addPos(existing, sys, report.Of(res.ExistingMs).Median)
 			if res.ConcurrentSec > 0 && res.Error == "" {
 				addPos(conc, sys, res.ConcurrentSec/res.SequentialSec)
 			}
 			o.Progress(fmt.Sprintf("join: rep %d: %s first p50 %.1f ms, existing p50 %.1f ms, %d joins sequential %.3f s, concurrent %.3f s, correct %v %s(load %s)",
-				r+1, sys, stat(res.FirstMs).Median, stat(res.ExistingMs).Median, o.Joins, res.SequentialSec, res.ConcurrentSec, res.Correct, res.Error, loadavg()))
+				r+1, sys, report.Of(res.FirstMs).Median, report.Of(res.ExistingMs).Median, o.Joins, res.SequentialSec, res.ConcurrentSec, res.Correct, res.Error, report.Loadavg()))
 		}
 		p, m := got["plugin"], got["moby"]
-		fr = appendRatio(fr, stat(m.FirstMs).Median, stat(p.FirstMs).Median)
-		er = appendRatio(er, stat(m.ExistingMs).Median, stat(p.ExistingMs).Median)
+		fr = appendRatio(fr, report.Of(m.FirstMs).Median, report.Of(p.FirstMs).Median)
+		er = appendRatio(er, report.Of(m.ExistingMs).Median, report.Of(p.ExistingMs).Median)
 		if m.Error == "" && p.Error == "" {
 			cr = appendRatio(cr, m.ConcurrentSec, p.ConcurrentSec)
 		}
 	}
 	for sys := range first {
-		rep.FirstP50[sys], rep.ExistingP50[sys], rep.ConcOverSeq[sys] = stat(first[sys]), stat(existing[sys]), stat(conc[sys])
+		rep.FirstP50[sys], rep.ExistingP50[sys], rep.ConcOverSeq[sys] = report.Of(first[sys]), report.Of(existing[sys]), report.Of(conc[sys])
 	}
-	rep.FirstRatio, rep.ExistingRatio, rep.ConcRatio = stat(fr), stat(er), stat(cr)
-	rep.Env.done()
+	rep.FirstRatio, rep.ExistingRatio, rep.ConcRatio = report.Of(fr), report.Of(er), report.Of(cr)
+	rep.Env.Done()
 	return rep, nil
 }
 

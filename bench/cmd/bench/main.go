@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/bench/kernelpath"
+	"github.com/overlay-plugin/overlay-plugin/bench/report"
 )
 
 func main() {
@@ -66,7 +67,7 @@ func main() {
 			}
 			failed = failed || !rep.Correct
 			plt, err := rep.Plot()
-			plotErr = errOr(err, func() error { return kernelpath.Write(*out, "peers", rep, rep.Markdown(), plt) })
+			plotErr = errOr(err, func() error { return report.Write(*out, "peers", rep, rep.Markdown(), plt) })
 			v = rep
 		case "join":
 			rep, err := kernelpath.RunJoin(o)
@@ -75,7 +76,7 @@ func main() {
 			}
 			failed = failed || !rep.Correct
 			plt, err := rep.Plot()
-			plotErr = errOr(err, func() error { return kernelpath.Write(*out, "join", rep, rep.Markdown(), plt) })
+			plotErr = errOr(err, func() error { return report.Write(*out, "join", rep, rep.Markdown(), plt) })
 			v = rep
 		default:
 			logger.Fatalf("unknown figure %q", f)
