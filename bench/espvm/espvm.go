@@ -149,7 +149,24 @@ func Measure(o Options) (*Report, error) {
 	o.progress(fmt.Sprintf("espvm: booting the VM: %d repetitions of %v, %s per measurement, VM timeout %ds (load %s)",
 		o.Reps, figureIDs(o.Streams), o.Duration, timeout, report.Loadavg()))
 	t0 := time.Now()
+	// The host's load while the VM runs: it competes with the emulation.
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				rep.Env.Sample()
+			}
+		}
+	}()
 	vmErr := cmd.Run()
+	close(stop)
+	<-sampled
 	rep.VM.WallSec = time.Since(t0).Seconds()
 	rep.Env.Sample()
 	b, err := os.ReadFile(filepath.Join(share, "espvm.json"))
