@@ -38,11 +38,12 @@ type Series struct {
 	Stats []Stat
 }
 
-type errBars []Stat
+// ErrBars plots each Stat as its median with min and max as error bars.
+type ErrBars []Stat
 
-func (e errBars) Len() int                    { return len(e) }
-func (e errBars) XY(i int) (float64, float64) { return float64(i), e[i].Median }
-func (e errBars) YError(i int) (float64, float64) {
+func (e ErrBars) Len() int                    { return len(e) }
+func (e ErrBars) XY(i int) (float64, float64) { return float64(i), e[i].Median }
+func (e ErrBars) YError(i int) (float64, float64) {
 	return e[i].Median - e[i].Min, e[i].Max - e[i].Median
 }
 
@@ -66,7 +67,7 @@ func BarPlot(title, ylabel string, groups []string, ss []Series) (*plot.Plot, er
 		b.Offset = off
 		b.Color = plotutil.Color(i)
 		b.LineStyle.Width = 0
-		eb, err := plotter.NewYErrorBars(errBars(s.Stats))
+		eb, err := plotter.NewYErrorBars(ErrBars(s.Stats))
 		if err != nil {
 			return nil, err
 		}

@@ -38,7 +38,7 @@ func (s *suite) phaseConnectivity(t *testing.T) {
 			t.Errorf("%s: encryptedVNIs %v, want [%d] (not the plain network's %d)", n.Name, st.VNIs, s.enc.VNI, s.plain.VNI)
 		}
 		for _, o := range s.Others(n) {
-			r := remoteOf(st, o.Underlay)
+			r := testbed.RemoteOf(st, o.Underlay)
 			if r == nil || r.Refs != 1 || r.Blocked || r.PolicySPI == 0 {
 				t.Errorf("%s: remote %s: %+v, want refs 1 and an outbound SA", n.Name, o.Name, r)
 				continue
@@ -58,7 +58,7 @@ func (s *suite) phaseConnectivity(t *testing.T) {
 			t.Fatalf("%s: overlay-plugin encryption printed %q: %v", n.Name, out, err)
 		}
 		if !slices.Equal(cst.VNIs, st.VNIs) || len(cst.Own) != len(st.Own) || cst.Own[0].Gen != st.Own[0].Gen {
-			t.Errorf("%s: CLI status %s differs from the admin API's %s", n.Name, dumpStatus(cst), dumpStatus(st))
+			t.Errorf("%s: CLI status %s differs from the admin API's %s", n.Name, testbed.DumpStatus(cst), testbed.DumpStatus(st))
 		}
 	}
 }

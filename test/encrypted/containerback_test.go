@@ -46,7 +46,7 @@ func (s *suite) phaseContainerBack(t *testing.T) {
 		t.Fatalf("Leave c1: %v", err)
 	}
 	st := s.mustStatus(t, h1)
-	if r := remoteOf(st, s.Nodes[1].Underlay); r == nil || r.Refs != 0 || r.PolicySPI != 0 || r.Blocked || r.SAs == 0 {
+	if r := testbed.RemoteOf(st, s.Nodes[1].Underlay); r == nil || r.Refs != 0 || r.PolicySPI != 0 || r.Blocked || r.SAs == 0 {
 		t.Errorf("h1 after c1 left: towards h2 %+v; want no reference and no policy, the SAs kept", r)
 	}
 	join, err := h1.Plugin.API.Join(&api.JoinRequest{NetworkID: c1.net.ID, EndpointID: c1.ID, SandboxKey: c1.Ctr.SandboxKey()})

@@ -48,7 +48,6 @@ package encrypted
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -65,7 +64,6 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
-	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
 func TestMain(m *testing.M) { testbed.Main(m, "encrypted") }
@@ -193,28 +191,13 @@ type suite struct {
 	newGen       map[*testbed.Node]uint64
 }
 
-func (s *suite) status(n *testbed.Node) (encryption.Status, error) {
-	var st encryption.Status
-	err := n.Plugin.AdminJSON("/v1/encryption", &st)
-	return st, err
-}
-
 func (s *suite) mustStatus(t *testing.T, n *testbed.Node) encryption.Status {
 	t.Helper()
-	st, err := s.status(n)
+	st, err := n.Plugin.EncryptionStatus()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
-}
-
-func remoteOf(st encryption.Status, vtep netip.Addr) *encryption.RemoteStatus {
-	for i := range st.Remotes {
-		if st.Remotes[i].VTEP == vtep {
-			return &st.Remotes[i]
-		}
-	}
-	return nil
 }
 
 func (s *suite) others(n *testbed.Node) []*testbed.Node {
@@ -230,11 +213,6 @@ func (s *suite) others(n *testbed.Node) []*testbed.Node {
 // cli runs an overlay-plugin client subcommand against n's admin socket.
 func (s *suite) cli(n *testbed.Node, args ...string) (string, error) {
 	return testbed.Run(append(append([]string{s.bin}, args...), "--admin-socket", n.Plugin.AdminSocket)...)
-}
-
-func dumpStatus(st encryption.Status) string {
-	b, _ := json.Marshal(st)
-	return string(b)
 }
 
 // ---------------------------------------------------------------------------
@@ -293,23 +271,8 @@ func setup(t *testing.T) *suite {
 	if err := s.WaitMembers(nil, converge, "3 hosts, h2 and h3 joined h1"); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range s.Nodes {
-		err := wait.Until(converge, poll, func() error {
-			st, err := s.status(n)
-			if err != nil {
-				return err
-			}
-			if st.Supported != "" {
-				return fmt.Errorf("encryption unsupported: %s", st.Supported)
-			}
-			if len(st.Own) != 1 {
-				return fmt.Errorf("own generations %+v, want 1", st.Own)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("%s: encryption running: %v", n.Name, err)
-		}
+	if err := s.WaitEncryption(converge); err != nil {
+		t.Fatal(err)
 	}
 
 	if s.enc, err = s.CreateNetwork(encSpec); err != nil {
@@ -341,26 +304,8 @@ func setup(t *testing.T) *suite {
 
 	// Every host learns the others' endpoints by gossip and programs SAs
 	// and an outbound policy (not a blocking one) towards each.
-	for _, n := range s.Nodes {
-		err := wait.Until(converge, poll, func() error {
-			st, err := s.status(n)
-			if err != nil {
-				return err
-			}
-			for _, o := range s.Others(n) {
-				r := remoteOf(st, o.Underlay)
-				if r == nil || r.Refs < 1 || r.Blocked || r.PolicySPI == 0 || r.SAs < 2 {
-					return fmt.Errorf("towards %s: %+v (status %s)", o.Name, r, dumpStatus(st))
-				}
-			}
-			if len(st.States) != 2*len(s.Others(n)) {
-				return fmt.Errorf("%d SAs, want %d: %s", len(st.States), 2*len(s.Others(n)), dumpStatus(st))
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("%s: IPsec programmed towards both other hosts: %v", n.Name, err)
-		}
+	if err := s.WaitIPsec(converge); err != nil {
+		t.Fatal(err)
 	}
 	return s
 }

@@ -14,38 +14,6 @@ import (
 
 // 2. ESP is really used.
 
-// saGrowth sums, over the states src->dst, how much the counters grew from
-// before to after (a state new in after counts in full).
-func saGrowth(before, after []encryption.StateInfo, src, dst netip.Addr) (pkts, bytes uint64) {
-	for _, a := range after {
-		if a.Src != src || a.Dst != dst {
-			continue
-		}
-		var b0, p0 uint64
-		for _, b := range before {
-			if b.SPI == a.SPI && b.Dst == a.Dst {
-				b0, p0 = b.Bytes, b.Packets
-			}
-		}
-		pkts += a.Packets - p0
-		bytes += a.Bytes - b0
-	}
-	return pkts, bytes
-}
-
-func kGrowth(before, after []kState, src, dst netip.Addr) (pkts, bytes uint64) {
-	conv := func(ks []kState) []encryption.StateInfo {
-		var out []encryption.StateInfo
-		for _, k := range ks {
-			if k.Proto == "esp" && k.ReqID == encryption.ReqID {
-				out = append(out, encryption.StateInfo{Src: k.Src, Dst: k.Dst, SPI: k.SPI, Bytes: k.Bytes, Packets: k.Packets})
-			}
-		}
-		return out
-	}
-	return saGrowth(conv(before), conv(after), src, dst)
-}
-
 func (s *suite) phaseESP(t *testing.T) {
 	c1, c2 := s.ep("c1"), s.ep("c2")
 	h1, h2 := s.Nodes[0], s.Nodes[1]
@@ -81,7 +49,7 @@ func (s *suite) phaseESP(t *testing.T) {
 	// SAs' counts with them: measure between rotations.
 	s.quietSchedule(t, 10*time.Second)
 	before1, before2 := s.mustStatus(t, h1), s.mustStatus(t, h2)
-	kb1, out, err := ipXfrmStates(h1.NS)
+	kb1, out, err := h1.NS.XfrmStates()
 	if err != nil {
 		t.Fatalf("%s: ip xfrm state: %v\n%s", h1.Name, err, out)
 	}
@@ -111,7 +79,7 @@ func (s *suite) phaseESP(t *testing.T) {
 		t.Errorf("DF ping of %d bytes (MTU+1) c1 -> c2: %v, want EMSGSIZE (message too long) at the sender", wantMTU+1, overErr)
 	}
 	after1, after2 := s.mustStatus(t, h1), s.mustStatus(t, h2)
-	ka1, out, err := ipXfrmStates(h1.NS)
+	ka1, out, err := h1.NS.XfrmStates()
 	if err != nil {
 		t.Fatalf("%s: ip xfrm state: %v\n%s", h1.Name, err, out)
 	}
@@ -128,14 +96,14 @@ func (s *suite) phaseESP(t *testing.T) {
 		{"h2 admin API, inbound", before2.States, after2.States, a, b},
 		{"h2 admin API, outbound", before2.States, after2.States, b, a},
 	} {
-		p, by := saGrowth(c.before, c.after, c.src, c.dst)
+		p, by := testbed.SAGrowth(c.before, c.after, c.src, c.dst)
 		t.Logf("%s SA %s->%s: +%d packets, +%d bytes", c.who, c.src, c.dst, p, by)
 		if p < atLeast || by < atLeast*(84+vxlanOverhead) {
 			t.Errorf("%s SA %s->%s grew by %d packets, %d bytes; want at least %d packets for %d pings", c.who, c.src, c.dst, p, by, atLeast, atLeast)
 		}
 	}
 	for _, dir := range [][2]netip.Addr{{a, b}, {b, a}} {
-		p, by := kGrowth(kb1, ka1, dir[0], dir[1])
+		p, by := testbed.XfrmGrowth(kb1, ka1, dir[0], dir[1])
 		t.Logf("h1 ip -s xfrm state %s->%s: +%d packets, +%d bytes", dir[0], dir[1], p, by)
 		if p < atLeast {
 			t.Errorf("h1 ip -s xfrm state: SAs %s->%s grew by %d packets, want at least %d\nbefore: %+v\nafter: %+v", dir[0], dir[1], p, atLeast, kb1, ka1)

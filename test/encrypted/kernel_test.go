@@ -1,156 +1,20 @@
 package encrypted
 
-// Reading a host namespace's IPsec and nftables state with iproute2 and
-// nft, independently of the plugin's own report.
+// Reading a host namespace's nftables state and kernel counters with nft
+// and /proc, independently of the plugin's own report (its IPsec state
+// through iproute2: testbed.Netns.XfrmStates and XfrmPolicies).
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
-
-// kState is one SA as `ip -s xfrm state` shows it.
-type kState struct {
-	Src, Dst       netip.Addr
-	Proto          string
-	SPI, ReqID     uint32
-	Bytes, Packets uint64
-}
-
-// kPolicy is one policy as `ip xfrm policy` shows it.
-type kPolicy struct {
-	Src, Dst  string // selectors, with prefix length
-	Dir       string
-	HasMark   bool
-	Mark      uint32
-	MarkMask  uint32
-	TmplSPI   uint32
-	TmplProto string
-	Text      string
-}
-
-var (
-	reHead     = regexp.MustCompile(`^src (\S+) dst (\S+)`)
-	reProtoSPI = regexp.MustCompile(`proto (\S+) spi 0x([0-9a-fA-F]+)`)
-	reReqID    = regexp.MustCompile(`reqid (\d+)`)
-	reCurrent  = regexp.MustCompile(`(\d+)\(bytes\), (\d+)\(packets\)`)
-	reDir      = regexp.MustCompile(`\bdir (\S+)`)
-	reMark     = regexp.MustCompile(`^\s*mark (0x[0-9a-fA-F]+)/(0x[0-9a-fA-F]+)`)
-)
-
-// records splits ip xfrm output into records: each starts with an
-// unindented "src" line.
-func records(out string) [][]string {
-	var recs [][]string
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		if strings.HasPrefix(line, "src ") || len(recs) == 0 {
-			recs = append(recs, nil)
-		}
-		recs[len(recs)-1] = append(recs[len(recs)-1], line)
-	}
-	return recs
-}
-
-// ipXfrmStates lists every SA of the namespace with `ip -s xfrm state`.
-// It also returns the raw output for failure messages.
-func ipXfrmStates(ns *testbed.Netns) ([]kState, string, error) {
-	out, err := ns.IP("-s", "xfrm", "state", "list")
-	if err != nil {
-		return nil, out, err
-	}
-	var states []kState
-	for _, rec := range records(out) {
-		m := reHead.FindStringSubmatch(rec[0])
-		if m == nil {
-			return nil, out, fmt.Errorf("ip xfrm state: unexpected record start %q", rec[0])
-		}
-		var st kState
-		var err1, err2 error
-		st.Src, err1 = netip.ParseAddr(m[1])
-		st.Dst, err2 = netip.ParseAddr(m[2])
-		if err1 != nil || err2 != nil {
-			return nil, out, fmt.Errorf("ip xfrm state: addresses in %q", rec[0])
-		}
-		current := false
-		for _, line := range rec[1:] {
-			if m := reProtoSPI.FindStringSubmatch(line); m != nil && st.Proto == "" {
-				st.Proto = m[1]
-				v, _ := strconv.ParseUint(m[2], 16, 32)
-				st.SPI = uint32(v)
-				if r := reReqID.FindStringSubmatch(line); r != nil {
-					v, _ := strconv.ParseUint(r[1], 10, 32)
-					st.ReqID = uint32(v)
-				}
-			}
-			if strings.Contains(line, "lifetime current:") {
-				current = true
-				continue
-			}
-			if current {
-				if m := reCurrent.FindStringSubmatch(line); m != nil {
-					st.Bytes, _ = strconv.ParseUint(m[1], 10, 64)
-					st.Packets, _ = strconv.ParseUint(m[2], 10, 64)
-				}
-				current = false
-			}
-		}
-		if st.Proto == "" {
-			return nil, out, fmt.Errorf("ip xfrm state: no proto/spi in record %q", strings.Join(rec, "\n"))
-		}
-		states = append(states, st)
-	}
-	return states, out, nil
-}
-
-// ipXfrmPolicies lists every policy of the namespace with `ip xfrm policy`.
-func ipXfrmPolicies(ns *testbed.Netns) ([]kPolicy, string, error) {
-	out, err := ns.IP("xfrm", "policy", "list")
-	if err != nil {
-		return nil, out, err
-	}
-	var pols []kPolicy
-	for _, rec := range records(out) {
-		p := kPolicy{Text: strings.Join(rec, "\n")}
-		if m := reHead.FindStringSubmatch(rec[0]); m != nil {
-			p.Src, p.Dst = m[1], m[2]
-		}
-		inTmpl := false
-		for _, line := range rec {
-			if m := reDir.FindStringSubmatch(line); m != nil && p.Dir == "" {
-				p.Dir = m[1]
-			}
-			if m := reMark.FindStringSubmatch(line); m != nil {
-				v, _ := strconv.ParseUint(m[1], 0, 32)
-				mask, _ := strconv.ParseUint(m[2], 0, 32)
-				p.HasMark, p.Mark, p.MarkMask = true, uint32(v), uint32(mask)
-			}
-			if strings.HasPrefix(strings.TrimSpace(line), "tmpl ") {
-				inTmpl = true
-			}
-			if m := reProtoSPI.FindStringSubmatch(line); m != nil && inTmpl {
-				p.TmplProto = m[1]
-				v, _ := strconv.ParseUint(m[2], 16, 32)
-				p.TmplSPI = uint32(v)
-			}
-		}
-		pols = append(pols, p)
-	}
-	return pols, out, nil
-}
 
 // nftJSON runs `nft -j ARGS` inside the namespace and returns its objects.
 func nftJSON(ns *testbed.Netns, args ...string) ([]map[string]json.RawMessage, error) {

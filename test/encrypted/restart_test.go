@@ -70,7 +70,7 @@ func (s *suite) phaseRestart(t *testing.T) {
 		t.Errorf("h1's new run takes the encrypted network over: %v; log tail:\n%s", err, p.LogTail(60))
 	}
 	err = wait.Until(lead+grace+60*time.Second, poll, func() error {
-		st, err := s.status(h1)
+		st, err := h1.Plugin.EncryptionStatus()
 		if err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func (s *suite) phaseRestart(t *testing.T) {
 			}
 		}
 		for _, o := range s.Others(h1) {
-			if r := remoteOf(st, o.Underlay); r == nil || r.Blocked || r.PolicySPI == 0 || previous[r.PolicySPI] {
+			if r := testbed.RemoteOf(st, o.Underlay); r == nil || r.Blocked || r.PolicySPI == 0 || previous[r.PolicySPI] {
 				return fmt.Errorf("towards %s: %+v", o.Name, r)
 			}
 		}

@@ -26,7 +26,7 @@ func (s *suite) phaseRetired(t *testing.T) {
 				}
 				continue
 			}
-			if r := remoteOf(st, n.Underlay); r != nil && slices.ContainsFunc(r.Generations, func(g encryption.PublicKeyInfo) bool { return g.Gen == old }) {
+			if r := testbed.RemoteOf(st, n.Underlay); r != nil && slices.ContainsFunc(r.Generations, func(g encryption.PublicKeyInfo) bool { return g.Gen == old }) {
 				t.Errorf("%s still knows %s's retired generation %d: %+v", m.Name, n.Name, old, r.Generations)
 			}
 		}
@@ -45,7 +45,7 @@ func (s *suite) phaseRetired(t *testing.T) {
 			}
 		}
 		// Independently: the kernel's states and policies.
-		ks, out, err := ipXfrmStates(n.NS)
+		ks, out, err := n.NS.XfrmStates()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", n.Name, err, out)
 		}
@@ -62,13 +62,13 @@ func (s *suite) phaseRetired(t *testing.T) {
 		if !maps.Equal(kSPIs, apiSPIs) {
 			t.Errorf("%s: ip xfrm state SPIs %v, admin API %v\n%s", n.Name, slices.Sorted(maps.Keys(kSPIs)), slices.Sorted(maps.Keys(apiSPIs)), out)
 		}
-		pols, pout, err := ipXfrmPolicies(n.NS)
+		pols, pout, err := n.NS.XfrmPolicies()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", n.Name, err, pout)
 		}
 		for _, o := range s.Others(n) {
-			r := remoteOf(st, o.Underlay)
-			i := slices.IndexFunc(pols, func(p kPolicy) bool {
+			r := testbed.RemoteOf(st, o.Underlay)
+			i := slices.IndexFunc(pols, func(p testbed.XfrmPolicy) bool {
 				return p.Dir == "out" && p.HasMark && p.Mark == encryption.Mark && p.Dst == o.Underlay.String()+"/32"
 			})
 			if i < 0 {

@@ -21,7 +21,7 @@ import (
 func (s *suite) steady() (map[*testbed.Node]encryption.Status, error) {
 	out := map[*testbed.Node]encryption.Status{}
 	for _, n := range s.Nodes {
-		st, err := s.status(n)
+		st, err := n.Plugin.EncryptionStatus()
 		if err != nil {
 			return nil, err
 		}
@@ -29,7 +29,7 @@ func (s *suite) steady() (map[*testbed.Node]encryption.Status, error) {
 			return nil, fmt.Errorf("%s: %d own generations", n.Name, len(st.Own))
 		}
 		for _, o := range s.Others(n) {
-			r := remoteOf(st, o.Underlay)
+			r := testbed.RemoteOf(st, o.Underlay)
 			if r == nil || len(r.Generations) != 1 || r.Refs != 1 || r.Blocked || r.PolicySPI == 0 {
 				return nil, fmt.Errorf("%s: remote %s: %+v", n.Name, o.Name, r)
 			}
@@ -42,7 +42,7 @@ func (s *suite) steady() (map[*testbed.Node]encryption.Status, error) {
 	// Everyone agrees on everyone's generation.
 	for _, n := range s.Nodes {
 		for _, o := range s.Others(n) {
-			if g := remoteOf(out[n], o.Underlay).Generations[0].Gen; g != out[o].Own[0].Gen {
+			if g := testbed.RemoteOf(out[n], o.Underlay).Generations[0].Gen; g != out[o].Own[0].Gen {
 				return nil, fmt.Errorf("%s knows generation %d of %s, which has %d", n.Name, g, o.Name, out[o].Own[0].Gen)
 			}
 		}
@@ -168,7 +168,7 @@ func (s *suite) phaseRotation(t *testing.T) {
 	lastSAs := map[*testbed.Node]string{}
 	for _, n := range s.Nodes {
 		for _, o := range s.Others(n) {
-			lastPol[[2]*testbed.Node{n, o}] = remoteOf(pre[n], o.Underlay).PolicySPI
+			lastPol[[2]*testbed.Node{n, o}] = testbed.RemoteOf(pre[n], o.Underlay).PolicySPI
 		}
 		lastSAs[n] = saList(pre[n].States)
 		t.Logf("%s before rotation: SAs %s", n.Name, lastSAs[n])
@@ -202,7 +202,7 @@ func (s *suite) phaseRotation(t *testing.T) {
 	for {
 		all := map[*testbed.Node]encryption.Status{}
 		for _, n := range s.Nodes {
-			st, err := s.status(n)
+			st, err := n.Plugin.EncryptionStatus()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func (s *suite) phaseRotation(t *testing.T) {
 				t.Logf("%s: %d own generation(s) at rotate+%v: %+v", n.Name, c, time.Since(rotated[n]).Round(time.Millisecond), st.Own)
 			}
 			for _, o := range s.Others(n) {
-				if r := remoteOf(st, o.Underlay); r != nil && r.PolicySPI != lastPol[[2]*testbed.Node{n, o}] {
+				if r := testbed.RemoteOf(st, o.Underlay); r != nil && r.PolicySPI != lastPol[[2]*testbed.Node{n, o}] {
 					t.Logf("%s: %s policy towards %s %#x -> %#x (blocked %v)", time.Now().Format("15:04:05.000"), n.Name, o.Name, lastPol[[2]*testbed.Node{n, o}], r.PolicySPI, r.Blocked)
 					lastPol[[2]*testbed.Node{n, o}] = r.PolicySPI
 				}
@@ -237,9 +237,9 @@ func (s *suite) phaseRotation(t *testing.T) {
 				break
 			}
 			for _, o := range s.Others(n) {
-				r := remoteOf(st, o.Underlay)
+				r := testbed.RemoteOf(st, o.Underlay)
 				if r == nil || len(r.Generations) != 1 || r.Generations[0].Gen != newGen[o].Gen || r.Blocked || r.PolicySPI == 0 ||
-					r.PolicySPI == remoteOf(pre[n], o.Underlay).PolicySPI {
+					r.PolicySPI == testbed.RemoteOf(pre[n], o.Underlay).PolicySPI {
 					done = false
 				}
 			}
@@ -253,7 +253,7 @@ func (s *suite) phaseRotation(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			for _, n := range s.Nodes {
-				t.Logf("%s: %s", n.Name, dumpStatus(all[n]))
+				t.Logf("%s: %s", n.Name, testbed.DumpStatus(all[n]))
 			}
 			t.Fatalf("rotation did not complete within %v of rotate-keys: own generation counts %v", lead+grace+90*time.Second, counts)
 		}
@@ -272,7 +272,7 @@ func (s *suite) phaseRotation(t *testing.T) {
 		}
 		for _, o := range s.Others(n) {
 			t.Logf("%s: policy SPI towards %s %#x -> %#x", n.Name, o.Name,
-				remoteOf(pre[n], o.Underlay).PolicySPI, remoteOf(post[n], o.Underlay).PolicySPI)
+				testbed.RemoteOf(pre[n], o.Underlay).PolicySPI, testbed.RemoteOf(post[n], o.Underlay).PolicySPI)
 		}
 	}
 	s.postRotation = post

@@ -20,14 +20,14 @@ import (
 // leftovers lists the IPsec and nftables state left on n.
 func (s *suite) leftovers(n *testbed.Node, checkAPI bool) error {
 	var problems []string
-	ks, out, err := ipXfrmStates(n.NS)
+	ks, out, err := n.NS.XfrmStates()
 	if err != nil {
 		return err
 	}
 	if len(ks) != 0 {
 		problems = append(problems, "xfrm states:\n"+out)
 	}
-	pols, pout, err := ipXfrmPolicies(n.NS)
+	pols, pout, err := n.NS.XfrmPolicies()
 	if err != nil {
 		return err
 	}
@@ -47,12 +47,12 @@ func (s *suite) leftovers(n *testbed.Node, checkAPI bool) error {
 		problems = append(problems, fmt.Sprintf("nftables tables %v", tables))
 	}
 	if checkAPI {
-		st, err := s.status(n)
+		st, err := n.Plugin.EncryptionStatus()
 		if err != nil {
 			return err
 		}
 		if len(st.VNIs) != 0 || len(st.States) != 0 {
-			problems = append(problems, "admin API: "+dumpStatus(st))
+			problems = append(problems, "admin API: "+testbed.DumpStatus(st))
 		}
 		for _, r := range st.Remotes {
 			if r.Refs != 0 || r.SAs != 0 || r.PolicySPI != 0 || r.Blocked {

@@ -4,8 +4,10 @@
 // namespaces of its own. The swarm (package swarm): docker run → reachable
 // and cross-host TCP throughput on a running two-node swarm given by the
 // -swarm-* flags (scripts/bench-swarm.sh builds the swarm and passes them).
-// Root; run it alone on the machine (make bench holds
-// /tmp/overlay-timing.lock).
+// The encrypted network against the plain one inside the test VM (package
+// espvm, figure "encrypted", which boots the VM with scripts/vm/run.sh and
+// runs this binary there). Root; run it alone on the machine (make bench
+// holds /tmp/overlay-timing.lock).
 package main
 
 import (
@@ -18,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/overlay-plugin/overlay-plugin/bench/espvm"
 	"github.com/overlay-plugin/overlay-plugin/bench/kernelpath"
 	"github.com/overlay-plugin/overlay-plugin/bench/report"
 	"github.com/overlay-plugin/overlay-plugin/bench/swarm"
@@ -31,8 +34,16 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) == 3 && os.Args[1] == espvm.GuestArg {
+		if err := espvm.Guest(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "espvm:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o := kernelpath.DefaultOptions()
-	figures := flag.String("figures", "peers,join", "figures to run: peers, join; reach, throughput (need the -swarm-* flags)")
+	eo := espvm.DefaultOptions()
+	figures := flag.String("figures", "peers,join", "figures to run: peers, join; reach, throughput (need the -swarm-* flags); encrypted (in the VM)")
 	flag.IntVar(&o.Reps, "reps", o.Reps, "repetitions, interleaved")
 	peers := flag.String("peers", "10000,50000", "peer counts (in all, split over the networks)")
 	nets := flag.String("networks", "1,8", "network counts of the peers figure")
@@ -40,6 +51,10 @@ func main() {
 	flag.IntVar(&o.Batch, "batch", o.Batch, "peers per AddPeers call of the plugin")
 	flag.IntVar(&o.JoinNetworks, "join-networks", o.JoinNetworks, "networks of the join figure")
 	flag.IntVar(&o.Joins, "joins", o.Joins, "Joins of the join figure's sequential and concurrent rounds")
+	flag.DurationVar(&eo.Duration, "vm-duration", eo.Duration, "encrypted figure: duration of each measurement")
+	vmStreams := flag.String("vm-streams", "1,4", "encrypted figure: parallel TCP streams of its throughput figures")
+	flag.StringVar(&eo.Plugin, "plugin", eo.Plugin, "encrypted figure: the plugin binary (make build)")
+	flag.StringVar(&eo.VMScript, "vm-script", eo.VMScript, "encrypted figure: scripts/vm/run.sh")
 	out := flag.String("out", "bench/results", "directory for <figure>.{json,md,png}")
 	flag.StringVar(&o.StateDir, "state-dir", "build/bench-state", "directory (on disk) for the plugin's state.db in join runs")
 	so := swarm.DefaultOptions()
@@ -62,6 +77,10 @@ func main() {
 	if o.NetworkCounts, err = ints(*nets); err != nil {
 		logger.Fatal(err)
 	}
+	if eo.Streams, err = ints(*vmStreams); err != nil {
+		logger.Fatal(err)
+	}
+	eo.Reps, eo.Progress = o.Reps, o.Progress
 	o.Systems = strings.Split(*systems, ",")
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		logger.Fatal(err)
@@ -102,7 +121,7 @@ func main() {
 			}
 			failed = failed || !rep.Correct
 			plt, err := rep.Plot()
-			plotErr = errOr(err, func() error { return kernelpath.Write(*out, "peers", rep, rep.Markdown(), plt) })
+			plotErr = errOr(err, func() error { return report.Write(*out, "peers", rep, rep.Markdown(), plt) })
 			v = rep
 		case "join":
 			rep, err := kernelpath.RunJoin(o)
@@ -111,7 +130,19 @@ func main() {
 			}
 			failed = failed || !rep.Correct
 			plt, err := rep.Plot()
-			plotErr = errOr(err, func() error { return kernelpath.Write(*out, "join", rep, rep.Markdown(), plt) })
+			plotErr = errOr(err, func() error { return report.Write(*out, "join", rep, rep.Markdown(), plt) })
+			v = rep
+		case "encrypted":
+			rep, err := espvm.Measure(eo)
+			if err != nil {
+				logger.Fatalf("encrypted: %v", err)
+			}
+			if err := rep.Err(); err != nil {
+				failed = true
+				logger.Printf("encrypted: not correct: %v", err)
+			}
+			plt, err := rep.Plot()
+			plotErr = errOr(err, func() error { return report.Write(*out, "encrypted", rep, rep.Markdown(), plt) })
 			v = rep
 		case "reach":
 			so.Nodes = swarmNodes()
