@@ -2,6 +2,9 @@ package kernelpath
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -52,12 +55,17 @@ func runPeers(job Job) (*PeersResult, error) {
 	}
 	errs := make([]error, job.Networks)
 	var wg sync.WaitGroup
+	stopProfile, err := startProfile(job)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	for k := range job.Networks {
 		wg.Go(func() { errs[k] = p.program(k) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
+	stopProfile()
 	res := &PeersResult{Seconds: elapsed, PeersPerSec: float64(per*job.Networks) / elapsed, Correct: true}
 	for k := range job.Networks {
 		if errs[k] != nil {
@@ -71,4 +79,25 @@ func runPeers(job Job) (*PeersResult, error) {
 		res.Correct = res.Correct && n == per && f == per
 	}
 	return res, nil
+}
+
+// ProfileEnv names a directory: the peers runs write a CPU profile of
+// their timed part there, <system>-<networks>x<peers>.pprof (the worker
+// inherits the environment of build/bench).
+const ProfileEnv = "OVERLAY_BENCH_CPUPROFILE"
+
+func startProfile(job Job) (stop func(), err error) {
+	dir := os.Getenv(ProfileEnv)
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%dx%d.pprof", job.System, job.Networks, job.Peers)))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
