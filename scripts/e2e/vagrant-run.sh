@@ -63,6 +63,15 @@ e2e_on_fail() {
 }
 E2E_ON_FAIL=e2e_on_fail
 
+# Under TCG (no KVM) every docker call over ssh takes seconds:
+# check_disable_enable keeps a plugin disabled for over a minute, and
+# traffic to its containers flows for as long as the peers keep its
+# endpoints and keys (--dead-grace, 30 s by default; README, Restarts), the
+# knob an operator sets above a plugin's expected downtime. As the VM
+# layer does (scripts/vm/e2e-docker-guest.sh): 10m, the gossip's tombstone
+# TTL, which the grace must not exceed.
+E2E_PLUGIN_SETTINGS="OVERLAY_DEAD_GRACE=10m ${E2E_PLUGIN_SETTINGS:-}"
+
 E2E_TMP=$(mktemp -d /tmp/oe.XXXXXX)
 trap 'rm -rf "$E2E_TMP"' EXIT
 T0=$SECONDS
