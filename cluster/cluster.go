@@ -455,6 +455,20 @@ func (c *Cluster) withPort(s string) string {
 // to a node new in its networks). Part of driver.ControlPlane.
 func (c *Cluster) Connected() <-chan struct{} { return c.connected }
 
+// LiveVTEP reports whether an alive member advertises vtep: its records
+// are delivered to this node from the moment it is alive here (pushes on
+// its return, anti-entropy), so its endpoints are known.
+func (c *Cluster) LiveVTEP(vtep netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, m := range c.st.members {
+		if m.alive && m.vtep == vtep && name != c.name {
+			return true
+		}
+	}
+	return false
+}
+
 // SetNodeData publishes data (at most MaxNodeData bytes, opaque to the
 // cluster) in this node's memberlist meta; other nodes receive it through
 // Config.NodeData. It does not block: the update is gossiped in the

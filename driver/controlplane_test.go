@@ -28,6 +28,8 @@ type recordingCP struct {
 	alone    bool
 	connect  chan struct{}
 	snapshot []peerdb.Peer
+	// live are the reachable hosts' VTEPs (LiveVTEP).
+	live map[netip.Addr]bool
 }
 
 func (c *recordingCP) Publish(nid string, p peerdb.Peer) {
@@ -75,6 +77,21 @@ func (c *recordingCP) Connected() <-chan struct{} {
 		}
 	}
 	return c.connect
+}
+
+func (c *recordingCP) LiveVTEP(a netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live[a]
+}
+
+func (c *recordingCP) setLive(vteps ...netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live = map[netip.Addr]bool{}
+	for _, v := range vteps {
+		c.live[v] = true
+	}
 }
 
 func (c *recordingCP) ForgetNode(a netip.Addr) {

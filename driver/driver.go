@@ -29,6 +29,7 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,7 +94,11 @@ type Config struct {
 	// ResyncPeriod is how often Run reconciles every network in full;
 	// 0: DefaultResyncPeriod.
 	ResyncPeriod time.Duration
-	Logger       *slog.Logger
+	// DeadGrace is how long the other hosts keep a gone host's endpoints
+	// (the control plane's grace; 0: DefaultResyncPeriod). An adopted
+	// sandbox keeps the entries of hosts that are not back for as long.
+	DeadGrace time.Duration
+	Logger    *slog.Logger
 }
 
 // Encryption is the IPsec side of encrypted networks (encryption.Manager).
@@ -149,9 +154,13 @@ type Driver struct {
 	// repairs (atomic); settled is closed once the remote endpoints are
 	// taken as known (run.go, settle).
 	resyncPeriod time.Duration
-	repairs      repairCounters
-	settled      chan struct{}
-	settleOnce   sync.Once
+	// started and deadGrace bound what an adopted sandbox keeps of the
+	// hosts that are not back (reconcile, removable).
+	started    time.Time
+	deadGrace  time.Duration
+	repairs    repairCounters
+	settled    chan struct{}
+	settleOnce sync.Once
 	// loops counts the networks' reconciler goroutines; Add is called
 	// under mu while runCtx is set, Wait after Run cleared it.
 	loops sync.WaitGroup
@@ -210,6 +219,8 @@ func New(cfg Config) (*Driver, error) {
 		settled:    make(chan struct{}),
 
 		resyncPeriod: cfg.ResyncPeriod,
+		started:      time.Now(),
+		deadGrace:    cmp.Or(cfg.DeadGrace, DefaultResyncPeriod),
 	}
 	if d.resyncPeriod <= 0 {
 		d.resyncPeriod = DefaultResyncPeriod

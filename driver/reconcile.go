@@ -119,23 +119,24 @@ func (d *Driver) Resync() (added, removed int, err error) {
 // reconcile makes n's sandbox what n's state implies: its devices, the
 // IPsec references of its remote VTEPs (encrypted networks), and its
 // neighbour and FDB entries. It counts and logs every repair and records
-// the outcome for State. Without full, entries nothing wants are left
-// alone while the sandbox is one adopted from the previous run and the
-// peers are not settled yet: the remote endpoints the control plane has
-// not delivered again yet look unwanted, and removing them would cut the
-// traffic a restart is meant to keep. Caller holds n.mu.
+// the outcome for State. Without full, an adopted sandbox (the previous
+// run's) keeps entries nothing wants as removable says: the remote
+// endpoints the control plane has not delivered again yet look unwanted,
+// and removing them would cut the traffic a restart is meant to keep.
+// Caller holds n.mu.
 func (d *Driver) reconcile(n *network, full bool) (pass, error) {
 	var p pass
 	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) {
 		n.reconcileErr = nil
 		return p, nil
 	}
-	if n.adopted && (full || d.peersSettled()) {
+	graceOver := time.Since(d.started) >= d.deadGrace
+	if n.adopted && (full || d.peersSettled() && graceOver) {
 		n.adopted = false
 	}
 	devErr := d.repairDevices(n, &p)
 	gone, refErr := d.syncRemotes(n)
-	err := errors.Join(devErr, refErr, d.syncEntries(n, !n.adopted, &p), d.releaseRemotes(n, gone))
+	err := errors.Join(devErr, refErr, d.syncEntries(n, d.removable(n, graceOver), &p), d.releaseRemotes(n, gone))
 	d.record(n, &p)
 	n.reconcileErr = err
 	if err != nil {
@@ -250,10 +251,31 @@ func (d *Driver) syncRemotes(n *network) (gone []netip.Addr, err error) {
 	return gone, errors.Join(errs...)
 }
 
+// removable says which entries nothing wants may go, by the VTEP they
+// point at (invalid: unknown). Any, once n's sandbox is its own. In a
+// sandbox adopted from the previous run: none until the control plane has
+// re-delivered the remote endpoints (peersSettled); then those of hosts
+// that are reachable (their endpoints are all known), and those of the
+// others only once the dead grace has passed since start: a host that
+// went away before it could re-deliver its endpoints to this new run
+// keeps its containers' traffic here as long as every other host keeps
+// it. Caller holds n.mu.
+func (d *Driver) removable(n *network, graceOver bool) func(netip.Addr) bool {
+	switch {
+	case !n.adopted || graceOver && d.peersSettled():
+		return func(netip.Addr) bool { return true }
+	case !d.peersSettled():
+		return func(netip.Addr) bool { return false }
+	}
+	cp := d.controlPlane()
+	return func(vtep netip.Addr) bool { return cp != nil && vtep.IsValid() && cp.LiveVTEP(vtep) }
+}
+
 // syncEntries compares the sandbox's neighbour and FDB entries with the
-// desired ones and repairs the difference; entries nothing wants are
-// removed only if removeUnwanted. Caller holds n.mu, after syncRemotes.
-func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
+// desired ones and repairs the difference; an entry nothing wants is
+// removed if removable says so of its VTEP. Caller holds n.mu, after
+// syncRemotes.
+func (d *Driver) syncEntries(n *network, removable func(netip.Addr) bool, p *pass) error {
 	wantN, _ := desired(n)
 	wantF := map[kernel.FDBEntry]bool{}
 	unicast := map[hwaddr.MAC]netip.Addr{}
@@ -274,6 +296,13 @@ func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
 	if err != nil {
 		return err
 	}
+	// The VTEP each MAC is sent to now, for the neighbours nothing wants.
+	sentTo := make(map[hwaddr.MAC]netip.Addr, len(fdb))
+	for _, e := range fdb {
+		if !e.MAC.IsZero() {
+			sentTo[e.MAC] = e.VTEP
+		}
+	}
 	// The repairs go to the kernel in one batch, in this order (Program).
 	var ops []kernel.EntryOp
 	setN := func(ip netip.Addr, mac hwaddr.MAC) {
@@ -292,7 +321,7 @@ func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
 			delete(wantN, nb.IP)
 			setN(nb.IP, mac)
 			p.note(RepairNeighborReplaced, "%s was %s%s, want %s", nb.IP, nb.MAC, notPermanent(nb.NotPermanent), mac)
-		case removeUnwanted:
+		case removable(sentTo[nb.MAC]):
 			ops = append(ops, kernel.EntryOp{Kind: kernel.OpDeleteNeighbor, Neighbor: kernel.Neighbor{IP: nb.IP}})
 			p.note(RepairNeighborRemoved, "%s %s%s wanted by no endpoint", nb.IP, nb.MAC, notPermanent(nb.NotPermanent))
 		}
@@ -317,7 +346,7 @@ func (d *Driver) syncEntries(n *network, removeUnwanted bool, p *pass) error {
 			// Adding the wanted entry below replaces this one.
 			replaced[e.MAC] = true
 			p.note(RepairFDBReplaced, "%s dst %s%s, want dst %s", e.MAC, e.VTEP, notPermanent(e.NotPermanent), vtep)
-		case removeUnwanted:
+		case removable(e.VTEP):
 			fdbOp(kernel.OpDeleteFDB, key)
 			p.note(RepairFDBRemoved, "%s dst %s%s wanted by no endpoint", e.MAC, e.VTEP, notPermanent(e.NotPermanent))
 		}

@@ -276,6 +276,7 @@ func TestAdoptedSandboxKeepsEntriesUntilPeersSettle(t *testing.T) {
 			t.Fatalf("%d neighbours right after the restart, want both kept", n)
 		}
 		cp := &recordingCP{alone: true, connect: make(chan struct{})}
+		cp.setLive(stays.VTEP, goes.VTEP) // r2's host is back; r2 is not
 		d2.SetControlPlane(cp)
 		time.Sleep(10 * peerSettle)
 		synctest.Wait()
@@ -289,6 +290,44 @@ func TestAdoptedSandboxKeepsEntriesUntilPeersSettle(t *testing.T) {
 		checkInvariants(t, d2, k)
 		if sb := k.Snapshot()["n1"]; len(sb.Neighbors) != 1 || sb.Neighbors[stays.IPs[0]] != stays.MAC {
 			t.Fatalf("after the peers settled: %v", sb.Neighbors)
+		}
+	})
+}
+
+// A host that went away before it could deliver its endpoints to the
+// restarted plugin (its plugin stopped too, as in a rolling disable/enable)
+// keeps its entries in the adopted sandbox for the dead grace since the
+// start, as long as every other host keeps its endpoints: its containers'
+// traffic with this host's goes on. Then they go like any stale entry.
+func TestAdoptedSandboxKeepsEntriesOfHostsNotBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		db := testDB(t)
+		k := fakekernel.New()
+		d := newTestDriverWith(t, k, localVTEP, db, false)
+		must(t, d.CreateNetwork(createNetReq("n1", 300)))
+		createJoined(t, d, "e1", 1)
+		back := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
+		away := remotePeer("r2", "10.1.0.51", "02:00:00:00:00:51", "198.51.100.3")
+		must(t, d.AddPeer("n1", back))
+		must(t, d.AddPeer("n1", away))
+		d.Close()
+
+		d2 := newTestDriverWith(t, k, localVTEP, db, false)
+		running(t, d2)
+		cp := &recordingCP{}
+		cp.setLive(back.VTEP)
+		d2.SetControlPlane(cp)
+		must(t, d2.AddPeer("n1", back)) // re-delivered; away's host is not back
+		time.Sleep(5 * peerSettle)
+		synctest.Wait()
+		if sb := k.Snapshot()["n1"]; len(sb.Neighbors) != 2 || len(sb.FDB) != 2 {
+			t.Fatalf("after the peers settled, with r2's host away: %v %v, want both hosts' entries kept", sb.Neighbors, sb.FDB)
+		}
+		time.Sleep(DefaultResyncPeriod)
+		synctest.Wait()
+		checkInvariants(t, d2, k)
+		if sb := k.Snapshot()["n1"]; len(sb.Neighbors) != 1 || sb.Neighbors[back.IPs[0]] != back.MAC || len(sb.FDB) != 1 {
+			t.Fatalf("after the dead grace: %v %v, want only r1's", sb.Neighbors, sb.FDB)
 		}
 	})
 }

@@ -320,7 +320,7 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 	// plane starts (startControlPlane).
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
 		VXLANPort: cfg.VXLANPort, ExpectEncryption: cfg.SecretFile != "" && cfg.GossipPort != 0,
-		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, ResyncPeriod: cfg.ResyncPeriod, Logger: log})
+		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, ResyncPeriod: cfg.ResyncPeriod, DeadGrace: cfg.DeadGrace, Logger: log})
 	if err != nil {
 		release()
 		return nil, nil, nil, err
