@@ -455,14 +455,15 @@ func (c *Cluster) withPort(s string) string {
 // to a node new in its networks). Part of driver.ControlPlane.
 func (c *Cluster) Connected() <-chan struct{} { return c.connected }
 
-// LiveVTEP reports whether an alive member advertises vtep: its records
-// are delivered to this node from the moment it is alive here (pushes on
-// its return, anti-entropy), so its endpoints are known.
-func (c *Cluster) LiveVTEP(vtep netip.Addr) bool {
+// Delivered reports whether the member that advertises vtep is alive and
+// has pushed its records to this node (or exchanged digests with it) since
+// it became alive here: its endpoints are all known, so an endpoint of it
+// this node lacks is gone.
+func (c *Cluster) Delivered(vtep netip.Addr) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, m := range c.st.members {
-		if m.alive && m.vtep == vtep && name != c.name {
+		if m.alive && m.delivered && m.vtep == vtep && name != c.name {
 			return true
 		}
 	}

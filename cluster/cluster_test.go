@@ -731,3 +731,52 @@ func TestNodeDataUpdateDropped(t *testing.T) {
 		t.Fatal("the update was never dropped: the test proves nothing")
 	}
 }
+
+// Delivered: a member's endpoints count as known here once it pushed its
+// records since it became alive here, not merely once it is alive; a
+// member that goes is not delivered, nor one that is back until it pushed.
+func TestDeliveredAfterThePush(t *testing.T) {
+	h := newHarness(t)
+	nodes := []*tnode{h.start(1), h.start(2, 1)}
+	waitMembers(t, nodes, 2)
+	nodes[1].c.Publish(netA, testPeer("e2", 2))
+	wait.For(t, 5*time.Second, tick, "n2 delivered at n1", func() error {
+		if !nodes[0].c.Delivered(nodes[1].ip) {
+			return fmt.Errorf("not delivered")
+		}
+		return nil
+	})
+	if nodes[0].c.Delivered(nodes[0].ip) || nodes[0].c.Delivered(nodeIP(9)) {
+		t.Fatal("Delivered for this node itself or a VTEP nobody advertises")
+	}
+	// Streams to n1 dropped: n2 is back (a new incarnation) and alive at
+	// n1, but its push cannot arrive.
+	nodes[1].crash()
+	wait.For(t, 10*time.Second, tick, "n2 gone at n1", func() error {
+		if nodes[0].c.Delivered(nodes[1].ip) {
+			return fmt.Errorf("still delivered")
+		}
+		return nil
+	})
+	deaf := nodes[0].tr.Addr()
+	h.net.SetFilter(func(_, to netip.AddrPort, stream bool) bool { return !stream || to != deaf })
+	var back *tnode
+	wait.For(t, 5*time.Second, tick, "restart", func() error {
+		n, err := h.tryStart(2, newRecSink(), 1)
+		back = n
+		return err
+	})
+	back.c.Publish(netA, testPeer("e2", 2))
+	waitMembers(t, []*tnode{nodes[0], back}, 2)
+	time.Sleep(time.Second)
+	if nodes[0].c.Delivered(back.ip) {
+		t.Fatal("delivered while its pushes cannot reach this node")
+	}
+	h.net.SetFilter(nil)
+	wait.For(t, 10*time.Second, tick, "n2 delivered again", func() error {
+		if !nodes[0].c.Delivered(back.ip) {
+			return fmt.Errorf("not delivered")
+		}
+		return nil
+	})
+}

@@ -55,6 +55,14 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	for _, r := range m.recs {
 		c.st.apply(r, src, now)
 	}
+	if src == srcPush {
+		// An owner pushes its own records (nothing is relayed).
+		for _, r := range m.recs {
+			if o := c.st.members[r.Owner]; o != nil && o.alive {
+				o.delivered = true
+			}
+		}
+	}
 	c.flushLocked()
 	c.mu.Unlock()
 }

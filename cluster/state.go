@@ -41,6 +41,10 @@ type member struct {
 	// away again) is judged by its latest departure.
 	since  time.Time
 	purged bool // gone past grace: its records were removed
+	// delivered: it pushed its records to this node, or exchanged digests
+	// with it, since it became alive here (it pushes on every return), so
+	// they are all known.
+	delivered bool
 	// data is the opaque node data from its meta (the encryption layer's
 	// public keys); nil once the member is purged.
 	data []byte
@@ -567,7 +571,7 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 	}
 	wasAlive := m.alive
 	if !m.alive {
-		m.since = now
+		m.since, m.delivered = now, false
 	}
 	m.alive, m.purged, m.addr = true, false, addr
 	if !wasAlive && name != s.self {

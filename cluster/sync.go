@@ -217,6 +217,11 @@ func (c *Cluster) handleSync(m *message, now time.Time) {
 		c.st.apply(r, srcSync, now)
 	}
 	c.syncsIn++
+	// The sender's own records arrive in this exchange (or are equal
+	// already), as with its push.
+	if o := c.st.members[m.from]; o != nil && o.alive {
+		o.delivered = true
+	}
 	entries, recs := c.st.answerSync(m.syncs)
 	c.flushLocked()
 	c.mu.Unlock()

@@ -34,10 +34,10 @@ type ControlPlane interface {
 	// Connected is closed once another host is reachable, so that the
 	// remote endpoints arrive within about a second from then on.
 	Connected() <-chan struct{}
-	// LiveVTEP reports whether a host with that VTEP address is reachable
-	// now: its remote endpoints are delivered, so an entry of its VTEP
-	// that none of them wants is stale.
-	LiveVTEP(vtep netip.Addr) bool
+	// Delivered reports whether the host with that VTEP address is
+	// reachable and has delivered its endpoints since: an entry of its
+	// VTEP that none of them wants is stale.
+	Delivered(vtep netip.Addr) bool
 }
 
 // SetControlPlane connects the control plane, which may start after the

@@ -28,7 +28,7 @@ type recordingCP struct {
 	alone    bool
 	connect  chan struct{}
 	snapshot []peerdb.Peer
-	// live are the reachable hosts' VTEPs (LiveVTEP).
+	// live are the reachable hosts' VTEPs (Delivered).
 	live map[netip.Addr]bool
 }
 
@@ -79,7 +79,7 @@ func (c *recordingCP) Connected() <-chan struct{} {
 	return c.connect
 }
 
-func (c *recordingCP) LiveVTEP(a netip.Addr) bool {
+func (c *recordingCP) Delivered(a netip.Addr) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.live[a]

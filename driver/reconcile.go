@@ -268,7 +268,7 @@ func (d *Driver) removable(n *network, graceOver bool) func(netip.Addr) bool {
 		return func(netip.Addr) bool { return false }
 	}
 	cp := d.controlPlane()
-	return func(vtep netip.Addr) bool { return cp != nil && vtep.IsValid() && cp.LiveVTEP(vtep) }
+	return func(vtep netip.Addr) bool { return cp != nil && vtep.IsValid() && cp.Delivered(vtep) }
 }
 
 // syncEntries compares the sandbox's neighbour and FDB entries with the
