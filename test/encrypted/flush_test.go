@@ -2,6 +2,7 @@ package encrypted
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"syscall"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 	"github.com/overlay-plugin/overlay-plugin/internal/wait"
+	"github.com/vishvananda/netlink"
 )
 
 // phaseOutsideFlush flushes h1's xfrm state and policies from outside
@@ -37,10 +39,21 @@ func (s *suite) phaseOutsideFlush(t *testing.T) {
 		Dst: c2.addr(testbed.IPv4), SrcPort: 5555, DstPort: sinkPort, Payload: []byte("must not leave in clear")})
 	flushes, refused := 0, 0
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); flushes++ {
-		for _, what := range []string{"policy", "state"} {
-			if out, err := h1.NS.Exec("ip", "xfrm", what, "flush"); err != nil {
-				t.Fatalf("ip xfrm %s flush: %v\n%s", what, err, out)
+		// By netlink from the test, as `ip xfrm policy flush; ip xfrm
+		// state flush` do, and the send right after: two `ip` processes
+		// take long enough under emulation for the plugin to have put
+		// everything back before the send, which then proves nothing.
+		err := h1.NS.Do(func() error {
+			if err := netlink.XfrmPolicyFlush(); err != nil {
+				return fmt.Errorf("flush policies: %w", err)
 			}
+			if err := netlink.XfrmStateFlush(0); err != nil {
+				return fmt.Errorf("flush states: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 		// EPERM: the guard dropped it, or the blocking policy the plugin
 		// put back. EREMOTE: xfrm found the policy's SA missing.
