@@ -258,19 +258,7 @@ func TestJoinRepairsSandboxFirst(t *testing.T) {
 // would cut the containers' traffic.
 func TestAdoptedSandboxKeepsEntriesUntilPeersSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := testDB(t)
-		k := fakekernel.New()
-		d := newTestDriverWith(t, k, localVTEP, db, false)
-		must(t, d.CreateNetwork(createNetReq("n1", 300)))
-		createJoined(t, d, "e1", 1)
-		stays := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
-		goes := remotePeer("r2", "10.1.0.51", "02:00:00:00:00:51", "198.51.100.3")
-		must(t, d.AddPeer("n1", stays))
-		must(t, d.AddPeer("n1", goes))
-		d.Close()
-
-		d2 := newTestDriverWith(t, k, localVTEP, db, false)
-		running(t, d2)
+		d2, k, stays, goes := restartedWithTwoPeers(t)
 		synctest.Wait()
 		if n := len(k.Snapshot()["n1"].Neighbors); n != 2 {
 			t.Fatalf("%d neighbours right after the restart, want both kept", n)
@@ -301,19 +289,7 @@ func TestAdoptedSandboxKeepsEntriesUntilPeersSettle(t *testing.T) {
 // traffic with this host's goes on. Then they go like any stale entry.
 func TestAdoptedSandboxKeepsEntriesOfHostsNotBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		db := testDB(t)
-		k := fakekernel.New()
-		d := newTestDriverWith(t, k, localVTEP, db, false)
-		must(t, d.CreateNetwork(createNetReq("n1", 300)))
-		createJoined(t, d, "e1", 1)
-		back := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
-		away := remotePeer("r2", "10.1.0.51", "02:00:00:00:00:51", "198.51.100.3")
-		must(t, d.AddPeer("n1", back))
-		must(t, d.AddPeer("n1", away))
-		d.Close()
-
-		d2 := newTestDriverWith(t, k, localVTEP, db, false)
-		running(t, d2)
+		d2, k, back, _ := restartedWithTwoPeers(t)
 		cp := &recordingCP{}
 		cp.setLive(back.VTEP)
 		d2.SetControlPlane(cp)
@@ -330,6 +306,26 @@ func TestAdoptedSandboxKeepsEntriesOfHostsNotBack(t *testing.T) {
 			t.Fatalf("after the dead grace: %v %v, want only r1's", sb.Neighbors, sb.FDB)
 		}
 	})
+}
+
+// restartedWithTwoPeers is a network with a joined endpoint and two
+// remote peers on two hosts, and a driver started again on its state and
+// kernel (running), so that its sandbox is adopted.
+func restartedWithTwoPeers(t *testing.T) (*Driver, *fakekernel.Kernel, peerdb.Peer, peerdb.Peer) {
+	t.Helper()
+	db := testDB(t)
+	k := fakekernel.New()
+	d := newTestDriverWith(t, k, localVTEP, db, false)
+	must(t, d.CreateNetwork(createNetReq("n1", 300)))
+	createJoined(t, d, "e1", 1)
+	p1 := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
+	p2 := remotePeer("r2", "10.1.0.51", "02:00:00:00:00:51", "198.51.100.3")
+	must(t, d.AddPeer("n1", p1))
+	must(t, d.AddPeer("n1", p2))
+	d.Close()
+	d2 := newTestDriverWith(t, k, localVTEP, db, false)
+	running(t, d2)
+	return d2, k, p1, p2
 }
 
 func hwaddrMust(s string) hwaddr.MAC {
