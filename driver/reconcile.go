@@ -268,7 +268,18 @@ func (d *Driver) removable(n *network, graceOver bool) func(netip.Addr) bool {
 		return func(netip.Addr) bool { return false }
 	}
 	cp := d.controlPlane()
-	return func(vtep netip.Addr) bool { return cp != nil && vtep.IsValid() && cp.Delivered(vtep) }
+	known := map[netip.Addr]bool{} // one question per VTEP, not per entry
+	return func(vtep netip.Addr) bool {
+		if cp == nil || !vtep.IsValid() {
+			return false
+		}
+		ok, asked := known[vtep]
+		if !asked {
+			ok = cp.Delivered(vtep)
+			known[vtep] = ok
+		}
+		return ok
+	}
 }
 
 // syncEntries compares the sandbox's neighbour and FDB entries with the
@@ -296,12 +307,19 @@ func (d *Driver) syncEntries(n *network, removable func(netip.Addr) bool, p *pas
 	if err != nil {
 		return err
 	}
-	// The VTEP each MAC is sent to now, for the neighbours nothing wants.
-	sentTo := make(map[hwaddr.MAC]netip.Addr, len(fdb))
-	for _, e := range fdb {
-		if !e.MAC.IsZero() {
-			sentTo[e.MAC] = e.VTEP
+	// The VTEP each MAC is sent to now, for the neighbours nothing wants:
+	// built only if there is one.
+	var sentTo map[hwaddr.MAC]netip.Addr
+	vtepOf := func(mac hwaddr.MAC) netip.Addr {
+		if sentTo == nil {
+			sentTo = make(map[hwaddr.MAC]netip.Addr, len(fdb))
+			for _, e := range fdb {
+				if !e.MAC.IsZero() {
+					sentTo[e.MAC] = e.VTEP
+				}
+			}
 		}
+		return sentTo[mac]
 	}
 	// The repairs go to the kernel in one batch, in this order (Program).
 	var ops []kernel.EntryOp
@@ -321,7 +339,7 @@ func (d *Driver) syncEntries(n *network, removable func(netip.Addr) bool, p *pas
 			delete(wantN, nb.IP)
 			setN(nb.IP, mac)
 			p.note(RepairNeighborReplaced, "%s was %s%s, want %s", nb.IP, nb.MAC, notPermanent(nb.NotPermanent), mac)
-		case removable(sentTo[nb.MAC]):
+		case removable(vtepOf(nb.MAC)):
 			ops = append(ops, kernel.EntryOp{Kind: kernel.OpDeleteNeighbor, Neighbor: kernel.Neighbor{IP: nb.IP}})
 			p.note(RepairNeighborRemoved, "%s %s%s wanted by no endpoint", nb.IP, nb.MAC, notPermanent(nb.NotPermanent))
 		}
