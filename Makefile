@@ -36,10 +36,13 @@ test:
 
 # The Go layer: vet, then every package under the race detector and the
 # lock-order check (-tags lockrank: every Lock checked against the order in
-# internal/lockrank, the test plugins built the same way). Tests that need
-# root (namespaces, netlink) skip with a printed reason when not root.
+# internal/lockrank, the test plugins built the same way), then the bench
+# module's own tests (its measuring code's correctness checks; a module of
+# its own, so ./... above does not reach it). Tests that need root
+# (namespaces, netlink) skip with a printed reason when not root.
 test-go: vet
 	$(GO) test -race -tags lockrank -count=1 ./...
+	cd bench && $(GO) test -race -count=1 ./...
 
 # Fast tests only: no race detector, long and privileged tests skipped.
 test-unit:
@@ -157,6 +160,7 @@ e2e-docker:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags lockrank ./...
+	cd bench && $(GO) vet ./...
 
 clean:
 	rm -rf bin build
