@@ -310,11 +310,12 @@ func (d *Driver) ensureSandbox(n *network) error {
 	}
 	// Programming every peer is a reconcile of the empty sandbox; its
 	// loop then watches the sandbox.
-	if _, err := d.reconcile(n, true); err != nil {
+	entries, err := d.fillSandbox(n)
+	if err != nil {
 		d.log.Warn("programming the peers into the new sandbox", "network", n.id, "err", err)
 	}
 	n.kickLoop()
-	d.log.Info("created sandbox", "network", n.id, "vni", n.vni, "vtep", local, "mtu", mtu)
+	d.log.Info("created sandbox", "network", n.id, "vni", n.vni, "vtep", local, "mtu", mtu, "entries", entries)
 	return nil
 }
 

@@ -74,6 +74,11 @@ type pass struct {
 	counts map[string]int
 	// what describes the first few repairs, for the log line.
 	what []string
+	// fill marks the first programming of a sandbox just built: the
+	// entries it adds are its peers going in, not repairs, and go to
+	// filled; anything else it finds is drift and counts.
+	fill   bool
+	filled int
 }
 
 // maxLogged bounds the repairs one log line names: a rebuilt VXLAN device
@@ -81,6 +86,10 @@ type pass struct {
 const maxLogged = 5
 
 func (p *pass) note(kind, format string, args ...any) {
+	if p.fill && (kind == RepairNeighborAdded || kind == RepairFDBAdded) {
+		p.filled++
+		return
+	}
 	if p.counts == nil {
 		p.counts = map[string]int{}
 	}
@@ -126,23 +135,37 @@ func (d *Driver) Resync() (added, removed int, err error) {
 // Caller holds n.mu.
 func (d *Driver) reconcile(n *network, full bool) (pass, error) {
 	var p pass
+	return p, d.reconcileInto(n, full, &p)
+}
+
+// fillSandbox programs every peer of n into the sandbox just built for
+// it: a full reconcile whose additions are not counted as repairs. Caller
+// holds n.mu.
+func (d *Driver) fillSandbox(n *network) (entries int, err error) {
+	p := pass{fill: true}
+	err = d.reconcileInto(n, true, &p)
+	return p.filled, err
+}
+
+// reconcileInto is reconcile, noting what it does in p. Caller holds n.mu.
+func (d *Driver) reconcileInto(n *network, full bool, p *pass) error {
 	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) {
 		n.reconcileErr = nil
-		return p, nil
+		return nil
 	}
 	graceOver := time.Since(d.started) >= d.deadGrace
 	if n.adopted && (full || d.peersSettled() && graceOver) {
 		n.adopted = false
 	}
-	devErr := d.repairDevices(n, &p)
+	devErr := d.repairDevices(n, p)
 	gone, refErr := d.syncRemotes(n)
-	err := errors.Join(devErr, refErr, d.syncEntries(n, d.removable(n, graceOver), &p), d.releaseRemotes(n, gone))
-	d.record(n, &p)
+	err := errors.Join(devErr, refErr, d.syncEntries(n, d.removable(n, graceOver), p), d.releaseRemotes(n, gone))
+	d.record(n, p)
 	n.reconcileErr = err
 	if err != nil {
 		err = fmt.Errorf("reconcile network %s: %w", n.id, err)
 	}
-	return p, err
+	return err
 }
 
 // record counts and logs what a pass repaired: one line per pass, which

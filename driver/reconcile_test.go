@@ -189,6 +189,29 @@ func TestDriftRepairedOnEvents(t *testing.T) {
 	})
 }
 
+// TestNewSandboxFillIsNotARepair: the peers a host learned before its
+// first Join of a network are programmed when that Join builds the
+// sandbox; that is the sandbox's first programming, and counting or
+// logging it as the kernel having drifted would make every first Join a
+// false alarm.
+func TestNewSandboxFillIsNotARepair(t *testing.T) {
+	k := fakekernel.New()
+	d := newTestDriver(t, k)
+	must(t, d.CreateNetwork(createNetReq("n1", 300)))
+	must(t, d.AddPeer("n1", remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")))
+	must(t, d.AddPeer("n1", remotePeer("r2", "10.1.0.51", "02:00:00:00:00:51", "198.51.100.3")))
+	createJoined(t, d, "e1", 1)
+	checkInvariants(t, d, k)
+	if sb := k.Snapshot()["n1"]; len(sb.Neighbors) != 2 || len(sb.FDB) != 2 {
+		t.Fatalf("new sandbox holds %d neighbours and %d FDB entries, want 2 and 2", len(sb.Neighbors), len(sb.FDB))
+	}
+	for kind, c := range d.Repairs() {
+		if c != 0 {
+			t.Errorf("the new sandbox's first programming counted as %d %s repairs", c, kind)
+		}
+	}
+}
+
 // TestRestartRepairsMissingVXLAN: a sandbox whose vxlan0 was deleted while
 // the plugin was down is adopted and rebuilt before the driver serves,
 // with its container's veth, not removed.
