@@ -135,7 +135,8 @@ func (d *Driver) Resync() (added, removed int, err error) {
 // Caller holds n.mu.
 func (d *Driver) reconcile(n *network, full bool) (pass, error) {
 	var p pass
-	return p, d.reconcileInto(n, full, &p)
+	err := d.reconcileInto(n, full, &p)
+	return p, err
 }
 
 // fillSandbox programs every peer of n into the sandbox just built for
