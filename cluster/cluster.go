@@ -355,7 +355,7 @@ func New(cfg Config) (*Cluster, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject}, "", 0)
+	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject, stopping: c.closed.Load}, "", 0)
 	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = wireVersion, wireVersion, wireVersion
 	if cfg.MemberlistConfig != nil {
 		cfg.MemberlistConfig(mc)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -221,6 +222,12 @@ func (b *broadcast) Finished()       {}
 type mlLogWriter struct {
 	log    *slog.Logger
 	reject func(r Reason, msg string, args ...any)
+	// stopping reports that the cluster is shutting down. memberlist's
+	// goroutines then fail on the closed transport and say so at ERR
+	// ("use of closed network connection"): no error during a stop, and
+	// an ERROR line on every plugin disable would teach operators to
+	// ignore ERROR lines.
+	stopping func() bool
 }
 
 // mlRefusals are the lines of memberlist v0.7.0 (net.go) about input that
@@ -259,6 +266,9 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 			w.reject(r.reason, "gossip input refused by memberlist", "err", s)
 			return len(p), nil
 		}
+	}
+	if level > slog.LevelDebug && w.stopping != nil && w.stopping() && strings.Contains(s, net.ErrClosed.Error()) {
+		level = slog.LevelDebug
 	}
 	w.log.Log(context.Background(), level, s)
 	return len(p), nil

@@ -44,6 +44,31 @@ func TestMemberlistLogLevels(t *testing.T) {
 	}
 }
 
+// memberlist's goroutines fail on the closed transport while the cluster
+// stops; that is said at DEBUG, not as an ERROR on every plugin disable.
+// The same failure while running stays an error.
+func TestMemberlistClosedTransportWhileStopping(t *testing.T) {
+	var recs []slog.Record
+	var stopping bool
+	l := log.New(&mlLogWriter{log: slog.New(recordHandler{&recs}), stopping: func() bool { return stopping }}, "", 0)
+	for _, c := range []struct {
+		stopping bool
+		line     string
+		level    slog.Level
+	}{
+		{false, "[ERR] memberlist: Failed to send ack: write udp [::]:7947->198.51.100.12:7947: use of closed network connection from=198.51.100.12:7947", slog.LevelError},
+		{true, "[ERR] memberlist: Failed to send ack: write udp [::]:7947->198.51.100.12:7947: use of closed network connection from=198.51.100.12:7947", slog.LevelDebug},
+		{true, "[ERR] memberlist: Failed to send gossip to 198.51.100.11:7947: write udp [::]:7947->198.51.100.11:7947: use of closed network connection", slog.LevelDebug},
+		{true, "[ERR] memberlist: Failed to send gossip to 198.51.100.11:7947: write udp: network is unreachable", slog.LevelError},
+	} {
+		recs, stopping = nil, c.stopping
+		l.Print(c.line)
+		if len(recs) != 1 || recs[0].Level != c.level {
+			t.Errorf("stopping %v, %q: got %v, want one %v record", c.stopping, c.line, recs, c.level)
+		}
+	}
+}
+
 // memberlist's lines about input it refused become refusals, counted by
 // reason and logged at a bounded rate (not one ERROR line per datagram).
 func TestMemberlistRefusalLines(t *testing.T) {

@@ -24,6 +24,7 @@
 #                          (on an encrypted network where the kernel has ESP, and
 #                          then nothing of it in clear on the wire)
 #   check_plugin_logs      (g) dockerd logs the plugin's lines at the plugin's level,
+#                          a plugin stop logs no ERROR about its closed transport,
 #                          and no worker's dockerd is asked GET /nodes by the plugin
 #   check_plugin_vip       (h) default-mode (VIP) services: balanced by name from every
 #                          node, scale 1/0/3, no rule left; a docker stack deploy
@@ -1105,6 +1106,13 @@ check_plugin_logs() {
 			fails=1
 		else
 			ck_log "node $i: $(grep -c . <<<"$pairs") plugin lines, each at its level: $(awk '{print $1 "/" $2}' <<<"$pairs" | sort | uniq -c | tr -s ' \n' ' ')"
+		fi
+		# A plugin stop (disable_enable) is no error: memberlist's writes on
+		# the closed transport are logged at DEBUG then.
+		n=$(grep -E 'plugin=[0-9a-f]{64}' <<<"$lines" | grep -c 'level=ERROR.*use of closed network connection')
+		if ((n > 0)); then
+			ck_fail "node $i: $n plugin ERROR lines about the closed transport: $(grep -E 'plugin=[0-9a-f]{64}' <<<"$lines" | grep -m1 'level=ERROR.*use of closed network connection' | cut -c1-200)"
+			fails=1
 		fi
 		[[ $(ck_dk "$i" info -f '{{.Swarm.ControlAvailable}}') == true ]] && continue
 		n=$(grep -c 'not a swarm manager' <<<"$lines")
