@@ -162,8 +162,6 @@ func hostLinkNames(t *testing.T, h *netlink.Handle) []string {
 	return names
 }
 
-func isMounted(path string) bool { return slices.Contains(mountPoints(), path) }
-
 // assertSandboxes checks that exactly the named sandboxes exist (list, files
 // and mounts) and that no temporary VXLAN device is left in the host.
 func (hst *host) assertSandboxes(t *testing.T, want ...string) {

@@ -27,14 +27,13 @@ func (underlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
 // every sandbox; peers arrive through AddPeers in batches, as the control
 // plane delivers a burst.
 type plugin struct {
-	d      *driver.Driver
-	k      *kernel.Netlink
-	db     *bbolt.DB
-	stop   context.CancelFunc
-	done   chan struct{}
-	batch  int
-	in     [][]peerdb.Peer
-	joined int
+	d     *driver.Driver
+	k     *kernel.Netlink
+	db    *bbolt.DB
+	stop  context.CancelFunc
+	done  chan struct{}
+	batch int
+	in    [][]peerdb.Peer
 }
 
 func newPlugin(stateDir string, batch int, reconciler bool) (*plugin, error) {

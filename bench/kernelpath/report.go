@@ -9,12 +9,6 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/bench/report"
 )
 
-// Write puts v as <name>.json, md as <name>.md and the plot as
-// <name>.png into dir.
-func Write(dir, name string, v any, md string, plt *plot.Plot) error {
-	return report.Write(dir, name, v, md, plt)
-}
-
 // Markdown renders the peers figure.
 func (r *PeersReport) Markdown() string {
 	var b strings.Builder

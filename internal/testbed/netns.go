@@ -26,7 +26,7 @@ type Netns struct {
 	bed  *Bed
 }
 
-// NewNetns creates a namespace named Prefix()+<bed number>+"-"+name, brings
+// NewNetns creates a namespace named runPrefix+<bed number>+"-"+name, brings
 // its loopback up and records its deletion. Keep name short and unique in
 // the Bed (letters and digits).
 func (b *Bed) NewNetns(name string) (*Netns, error) {

@@ -67,9 +67,6 @@ var runPrefix = fmt.Sprintf("ovtb%d-", os.Getpid())
 // bedSeq numbers the Beds of this process, so two Beds never share a name.
 var bedSeq atomic.Int64
 
-// Prefix is the prefix of every namespace name this process creates.
-func Prefix() string { return runPrefix }
-
 // Bed owns everything one test (or one demo) creates.
 type Bed struct {
 	tb     testing.TB // nil outside tests

@@ -200,16 +200,6 @@ func (s *suite) mustStatus(t *testing.T, n *testbed.Node) encryption.Status {
 	return st
 }
 
-func (s *suite) others(n *testbed.Node) []*testbed.Node {
-	var out []*testbed.Node
-	for _, o := range s.Nodes {
-		if o != n {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 // cli runs an overlay-plugin client subcommand against n's admin socket.
 func (s *suite) cli(n *testbed.Node, args ...string) (string, error) {
 	return testbed.Run(append(append([]string{s.bin}, args...), "--admin-socket", n.Plugin.AdminSocket)...)
