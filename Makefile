@@ -11,7 +11,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GOEXPERIMENT ?= runtimesecret
 export GOEXPERIMENT
 
-.PHONY: all build demo test test-go test-unit test-vm test-vm-docker vm-smoke test-vagrant bench bench-vm bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet clean
+.PHONY: all build demo test test-go test-unit test-vm test-vm-docker vm-smoke test-vagrant bench bench-vm bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet deadcode clean
 
 all: build
 
@@ -34,13 +34,13 @@ demo: $(if $(OVERLAY_PLUGIN_BIN),,build)
 test:
 	bash scripts/test.sh
 
-# The Go layer: vet, then every package under the race detector and the
+# The Go layer: vet and deadcode, then every package under the race detector and the
 # lock-order check (-tags lockrank: every Lock checked against the order in
 # internal/lockrank, the test plugins built the same way), then the bench
 # module's own tests (its measuring code's correctness checks; a module of
 # its own, so ./... above does not reach it). Tests that need root
 # (namespaces, netlink) skip with a printed reason when not root.
-test-go: vet
+test-go: vet deadcode
 	$(GO) test -race -tags lockrank -count=1 ./...
 	cd bench && $(GO) test -race -count=1 ./...
 
@@ -161,6 +161,15 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags lockrank ./...
 	cd bench && $(GO) vet ./...
+
+# Functions nothing calls, tests counted as callers (golang.org/x/tools'
+# deadcode, from Go's module proxy), in both builds and the bench module:
+# any is an error.
+DEADCODE := $(GO) run golang.org/x/tools/cmd/deadcode@v0.52.0 -test
+deadcode:
+	@out=$$($(DEADCODE) ./... && $(DEADCODE) -tags lockrank ./... && cd bench && $(DEADCODE) ./...) || exit 1; \
+	if [ -n "$$out" ]; then printf '%s\n' "$$out" "dead code: call it or remove it"; exit 1; fi; \
+	echo "deadcode: none"
 
 clean:
 	rm -rf bin build
