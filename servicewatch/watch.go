@@ -72,7 +72,8 @@ type Watcher struct {
 	// under it.
 	mu lockrank.Mutex[lockrank.ServiceWatch]
 	// due maps a network to the times it is to be asked, earliest first;
-	// asked to when it was last asked.
+	// asked to when it was last asked (or was due, with no container
+	// here to need it).
 	due   map[string][]time.Time
 	asked map[string]time.Time
 	wake  chan struct{} // 1-buffered
@@ -93,14 +94,16 @@ func (w *Watcher) Changed(networkID string) {
 	now := time.Now()
 	w.mu.Lock()
 	// A burst of changes asks at most every minGap, then once per
-	// follow-up of the latest change: not once per change.
+	// follow-up of the latest change: not once per change. A follow-up
+	// less than minGap after the ask before it is left out (the ask that
+	// minGap delayed serves for it).
 	first := now
 	if next := w.asked[networkID].Add(minGap); next.After(now) {
 		first = next
 	}
 	times := []time.Time{first}
 	for _, d := range followUps {
-		if t := now.Add(d); t.After(first) {
+		if t := now.Add(d); !t.Before(times[len(times)-1].Add(minGap)) {
 			times = append(times, t)
 		}
 	}
@@ -124,7 +127,7 @@ func (w *Watcher) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 			nids := w.drv.ServiceNetworks()
-			w.forgetOthers(nids)
+			w.startRound(nids)
 			for _, nid := range nids {
 				w.refresh(ctx, nid)
 			}
@@ -150,6 +153,7 @@ func (w *Watcher) runDue(ctx context.Context) time.Time {
 		}
 		if i > 0 {
 			nids = append(nids, nid)
+			w.asked[nid] = now
 		}
 		if times = times[i:]; len(times) == 0 {
 			delete(w.due, nid)
@@ -173,8 +177,10 @@ func (w *Watcher) runDue(ctx context.Context) time.Time {
 	return next
 }
 
-// forgetOthers drops what is kept of networks not in nids (deleted here).
-func (w *Watcher) forgetOthers(nids []string) {
+// startRound notes that every network in nids is asked now and drops
+// what is kept of the others (deleted here).
+func (w *Watcher) startRound(nids []string) {
+	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for nid := range w.asked {
@@ -182,13 +188,16 @@ func (w *Watcher) forgetOthers(nids []string) {
 			delete(w.asked, nid)
 		}
 	}
+	for _, nid := range nids {
+		w.asked[nid] = now
+	}
 }
 
 // refresh asks the engine for one network's services and hands them on.
+// The caller has noted the ask in asked, under the same hold of mu that
+// took it from due (runDue) or before the round (startRound): a Changed
+// in between then waits minGap rather than asking again at once.
 func (w *Watcher) refresh(ctx context.Context, nid string) {
-	w.mu.Lock()
-	w.asked[nid] = time.Now()
-	w.mu.Unlock()
 	raw, err := w.engine.NetworkServices(ctx, nid)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
@@ -41,17 +42,18 @@ func TestTranslate(t *testing.T) {
 	}
 }
 
-// fakeEngine serves a table that the test changes, and counts requests.
+// fakeEngine serves a table that the test changes, and notes when each
+// request came.
 type fakeEngine struct {
 	mu    sync.Mutex
 	svcs  map[string][]dockerengine.Service
-	calls map[string]int
+	calls map[string][]time.Time
 }
 
 func (e *fakeEngine) NetworkServices(_ context.Context, nid string) ([]dockerengine.Service, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.calls[nid]++
+	e.calls[nid] = append(e.calls[nid], time.Now())
 	svcs, ok := e.svcs[nid]
 	if !ok {
 		return nil, dockerengine.ErrNotFound
@@ -65,10 +67,12 @@ func (e *fakeEngine) set(nid string, svcs ...dockerengine.Service) {
 	e.mu.Unlock()
 }
 
-func (e *fakeEngine) count(nid string) int {
+func (e *fakeEngine) count(nid string) int { return len(e.times(nid)) }
+
+func (e *fakeEngine) times(nid string) []time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.calls[nid]
+	return slices.Clone(e.calls[nid])
 }
 
 // fakeDriver records what it is handed.
@@ -103,7 +107,7 @@ func (d *fakeDriver) endpoints(nid string) []string {
 }
 
 func start(t *testing.T, period time.Duration) (*fakeEngine, *fakeDriver, *Watcher) {
-	e := &fakeEngine{svcs: map[string][]dockerengine.Service{}, calls: map[string]int{}}
+	e := &fakeEngine{svcs: map[string][]dockerengine.Service{}, calls: map[string][]time.Time{}}
 	d := &fakeDriver{nets: []string{"n1"}, got: map[string][]driver.Service{}, at: map[string]time.Time{}}
 	w := New(e, d, period, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -169,6 +173,34 @@ func TestBurstIsCoalesced(t *testing.T) {
 	if n := e.count("n1"); n > most {
 		t.Errorf("1000 changes in %v made %d requests, want at most %d", burst, n, most)
 	}
+}
+
+// Two changes closer than minGap: the second's ask waits for minGap after
+// the first's, and its first follow-up (minGap after the change, so less
+// after that delayed ask) is left out. In virtual time, so the gaps are
+// exact.
+func TestAsksAreMinGapApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, _, w := start(t, time.Hour)
+		e.set("n1")
+		w.Changed("n1")
+		synctest.Wait() // asked at once
+		time.Sleep(minGap / 2)
+		w.Changed("n1")
+		time.Sleep(3 * time.Second)
+		var at []time.Duration
+		times := e.times("n1")
+		for _, a := range times {
+			at = append(at, a.Sub(times[0]))
+		}
+		want := []time.Duration{0, minGap}
+		for _, d := range followUps[1:] {
+			want = append(want, minGap/2+d)
+		}
+		if !slices.Equal(at, want) {
+			t.Errorf("asked at %v, want %v", at, want)
+		}
+	})
 }
 
 // Without changes, each network with containers here is asked every
