@@ -223,12 +223,17 @@ type mlLogWriter struct {
 	log    *slog.Logger
 	reject func(r Reason, msg string, args ...any)
 	// stopping reports that the cluster is shutting down. memberlist's
-	// goroutines then fail on the closed transport and say so at ERR
-	// ("use of closed network connection"): no error during a stop, and
-	// an ERROR line on every plugin disable would teach operators to
+	// goroutines then fail on the closed transport or on a dial the stop
+	// cancelled, and say so at ERR (stopErrors): no error during a stop,
+	// and an ERROR line on every plugin disable would teach operators to
 	// ignore ERROR lines.
 	stopping func() bool
 }
+
+// stopErrors are what memberlist's sends and dials fail with once the
+// cluster stops: the transport closed, or the stream context cancelled
+// (a dial says "operation was canceled", other waits "context canceled").
+var stopErrors = [...]string{net.ErrClosed.Error(), "operation was canceled", context.Canceled.Error()}
 
 // mlRefusals are the lines of memberlist v0.7.0 (net.go) about input that
 // passed the transport guard, which checks only memberlist's framing: a
@@ -267,7 +272,8 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 	}
-	if level > slog.LevelDebug && w.stopping != nil && w.stopping() && strings.Contains(s, net.ErrClosed.Error()) {
+	if level > slog.LevelDebug && w.stopping != nil && w.stopping() &&
+		slices.ContainsFunc(stopErrors[:], func(e string) bool { return strings.Contains(s, e) }) {
 		level = slog.LevelDebug
 	}
 	w.log.Log(context.Background(), level, s)

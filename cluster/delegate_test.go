@@ -44,10 +44,11 @@ func TestMemberlistLogLevels(t *testing.T) {
 	}
 }
 
-// memberlist's goroutines fail on the closed transport while the cluster
-// stops; that is said at DEBUG, not as an ERROR on every plugin disable.
-// The same failure while running stays an error.
-func TestMemberlistClosedTransportWhileStopping(t *testing.T) {
+// memberlist's goroutines fail on the closed transport, or on a dial the
+// stop cancelled, while the cluster stops; that is said at DEBUG, not as an
+// ERROR on every plugin disable. The same failure while running stays an
+// error.
+func TestMemberlistStopErrorsWhileStopping(t *testing.T) {
 	var recs []slog.Record
 	var stopping bool
 	l := log.New(&mlLogWriter{log: slog.New(recordHandler{&recs}), stopping: func() bool { return stopping }}, "", 0)
@@ -59,6 +60,8 @@ func TestMemberlistClosedTransportWhileStopping(t *testing.T) {
 		{false, "[ERR] memberlist: Failed to send ack: write udp [::]:7947->198.51.100.12:7947: use of closed network connection from=198.51.100.12:7947", slog.LevelError},
 		{true, "[ERR] memberlist: Failed to send ack: write udp [::]:7947->198.51.100.12:7947: use of closed network connection from=198.51.100.12:7947", slog.LevelDebug},
 		{true, "[ERR] memberlist: Failed to send gossip to 198.51.100.11:7947: write udp [::]:7947->198.51.100.11:7947: use of closed network connection", slog.LevelDebug},
+		{true, "[ERR] memberlist: Push/Pull with node2 failed: dial tcp 198.51.100.12:7947: operation was canceled", slog.LevelDebug},
+		{false, "[ERR] memberlist: Push/Pull with node2 failed: dial tcp 198.51.100.12:7947: operation was canceled", slog.LevelError},
 		{true, "[ERR] memberlist: Failed to send gossip to 198.51.100.11:7947: write udp: network is unreachable", slog.LevelError},
 	} {
 		recs, stopping = nil, c.stopping
