@@ -34,12 +34,13 @@ demo: $(if $(OVERLAY_PLUGIN_BIN),,build)
 test:
 	bash scripts/test.sh
 
-# The Go layer: vet and deadcode, then every package under the race detector and the
-# lock-order check (-tags lockrank: every Lock checked against the order in
-# internal/lockrank, the test plugins built the same way), then the bench
-# module's own tests (its measuring code's correctness checks; a module of
-# its own, so ./... above does not reach it). Tests that need root
-# (namespaces, netlink) skip with a printed reason when not root.
+# The Go layer: vet and deadcode, then every package under the race
+# detector and the lock-order check (-tags lockrank: every Lock checked
+# against the order in internal/lockrank, the test plugins built the same
+# way), then the bench module's own tests (its measuring code's
+# correctness checks; a module of its own, so ./... above does not reach
+# it). Tests that need root (namespaces, netlink) skip with a printed
+# reason when not root.
 test-go: vet deadcode
 	$(GO) test -race -tags lockrank -count=1 ./...
 	cd bench && $(GO) test -race -count=1 ./...

@@ -1090,12 +1090,12 @@ check_disable_enable() {
 check_plugin_logs() {
 	ck_nodes "$@"
 	[[ -n ${E2E_NODE_LOG:-} ]] || { ck_fail "E2E_NODE_LOG is needed to read dockerd's log"; return 1; }
-	local i fails=0 lines pairs wrong n stop_errors
+	local i fails=0 lines plines pairs wrong n stop_errors
 	for ((i = 0; i < CK_N; i++)); do
 		lines=$(ck_node_log "$i")
+		plines=$(grep -E 'plugin=[0-9a-f]{64}' <<<"$lines")
 		# "<dockerd level> <plugin level>" of every plugin line in slog's format
-		pairs=$(grep -E 'plugin=[0-9a-f]{64}' <<<"$lines" \
-			| sed -nE 's/.* level=([a-z]+) msg="time=[^ ]+ level=([A-Z]+)[-+0-9]* .*/\1 \2/p')
+		pairs=$(sed -nE 's/.* level=([a-z]+) msg="time=[^ ]+ level=([A-Z]+)[-+0-9]* .*/\1 \2/p' <<<"$plines")
 		n=$(grep -c '^info INFO$' <<<"$pairs")
 		wrong=$(grep -vE '^(info (DEBUG|INFO)|error (WARN|ERROR))$' <<<"$pairs" | grep . | sort | uniq -c | tr -s ' \n' ' ')
 		if ((n == 0)); then
@@ -1109,8 +1109,7 @@ check_plugin_logs() {
 		fi
 		# A plugin stop (disable_enable) is no error: memberlist's writes on
 		# the closed transport and its cancelled dials are logged at DEBUG.
-		stop_errors=$(grep -E 'plugin=[0-9a-f]{64}' <<<"$lines" \
-			| grep -E 'level=ERROR.*(use of closed network connection|operation was canceled|context canceled)')
+		stop_errors=$(grep -E 'level=ERROR.*(use of closed network connection|operation was canceled|context canceled)' <<<"$plines")
 		if [[ -n $stop_errors ]]; then
 			ck_fail "node $i: $(grep -c . <<<"$stop_errors") plugin ERROR lines of a stop: $(head -n1 <<<"$stop_errors" | cut -c1-200)"
 			fails=1
