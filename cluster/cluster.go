@@ -242,10 +242,13 @@ type Cluster struct {
 	// wireLo, wireHi are the wire versions this node speaks (wireMin,
 	// wireMax but in tests). bcastVer is the version broadcasts go out at
 	// (wire.go): set under mu as members come and go, read by the queue.
-	wireLo, wireHi              byte
-	bcastVer                    atomic.Uint32
-	restartsSent, restartsIn    atomic.Uint64
-	restartTO                   time.Duration // bound on the restart announcement in Close
+	wireLo, wireHi           byte
+	bcastVer                 atomic.Uint32
+	restartsSent, restartsIn atomic.Uint64
+	restartTO                time.Duration // bound on the restart announcement in Close
+	// recvd counts the plugin's messages received (NotifyMsg) by wire
+	// version and kind, for tests of the negotiation.
+	recvd                       [wireMax + 1][kindRestart + 1]atomic.Uint64
 	bytesIn, bytesOut           atomic.Uint64
 	msgsIn, statesIn, statesOut atomic.Uint64
 	deliveries, sErr            atomic.Uint64
@@ -385,7 +388,8 @@ func New(cfg Config) (*Cluster, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject, stopping: c.closed.Load}, "", 0)
+	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject, stopping: c.closed.Load,
+		wire: wireRangeString(c.wireLo, c.wireHi)}, "", 0)
 	// The wire versions this node speaks go in memberlist's delegate
 	// protocol fields, which every alive message and push/pull carries
 	// (Node.DMin, DMax). DelegateProtocolVersion, the "current" one, is

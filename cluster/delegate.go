@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -46,6 +47,9 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	if err != nil {
 		c.decodeError("gossip message", err)
 		return
+	}
+	if int(m.version) < len(c.recvd) && int(m.kind) < len(c.recvd[0]) {
+		c.recvd[m.version][m.kind].Add(1)
 	}
 	switch m.kind {
 	case kindSync:
@@ -234,7 +238,15 @@ type mlLogWriter struct {
 	// and an ERROR line on every plugin disable would teach operators to
 	// ignore ERROR lines.
 	stopping func() bool
+	// wire is this node's range of wire versions, for the log line of a
+	// push/pull that verifyProtocol failed.
+	wire string
 }
+
+// incompatibleNode finds the node a failed verifyProtocol names: "Node
+// 'x' delegate protocol version (4) is incompatible: [4, 3]" (the version
+// is the node's current one, the range the one every node would share).
+var incompatibleNode = regexp.MustCompile(`Node '([^']*)' delegate protocol version \(`)
 
 // stopErrors are what memberlist's sends and dials fail with once the
 // cluster stops: the transport closed, or the stream context cancelled
@@ -286,7 +298,12 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 		// verifyProtocol failed a push/pull (either side, a join's or a
 		// periodic one): a node in it speaks none of the versions that
 		// every node does.
-		w.reject(RejectWireVersion, "push/pull refused: a node in it speaks no wire version every node does", "err", s)
+		member := ""
+		if m := incompatibleNode.FindStringSubmatch(s); m != nil {
+			member = m[1]
+		}
+		w.reject(RejectWireVersion, "push/pull refused: a node in it speaks no wire version every node does",
+			"member", member, "ours", w.wire, "err", s)
 		return len(p), nil
 	}
 	if level > slog.LevelDebug && w.stopping != nil && w.stopping() &&
