@@ -130,8 +130,13 @@ type Config struct {
 	Join          []string   // seeds host[:port]; port defaults to BindPort
 	// SecretKey is nil, or 32 bytes: gossip is then encrypted and
 	// authenticated (AES-256-GCM), and plaintext gossip is refused.
-	SecretKey      []byte
-	DeadGrace      time.Duration // how long a gone node's records survive (default 30s)
+	SecretKey []byte
+	DeadGrace time.Duration // how long a gone node's records survive (default 30s)
+	// RestartGrace replaces DeadGrace for a node that announced, as it
+	// was stopped on purpose (Close), that it is restarting: its records,
+	// and the node data (keys) of its VTEP, survive that long (default 10m;
+	// never less than DeadGrace). restart.go.
+	RestartGrace   time.Duration
 	TombstoneTTL   time.Duration // how long delete tombstones are kept (default 10m)
 	RejoinInterval time.Duration // how often to re-join known addresses that are not alive (default 10s)
 	SyncInterval   time.Duration // how often each network's digest goes to one of its members (default 1s)
@@ -140,7 +145,8 @@ type Config struct {
 	Transport memberlist.Transport
 	// MemberlistConfig, if set, may adjust memberlist's configuration
 	// (DefaultLANConfig with this package's settings applied) before it is
-	// used; Name, Delegate and Events are restored afterwards.
+	// used; Name, Delegate and Events are restored afterwards, and an
+	// Alive delegate it sets is consulted after this package's own.
 	MemberlistConfig func(*memberlist.Config)
 	Sink             Sink
 	// NodeData receives the node data (SetNodeData) of other nodes, keyed
@@ -149,6 +155,11 @@ type Config struct {
 	NodeData func(vtep netip.Addr, data []byte)
 	Logger   *slog.Logger
 	Clock    func() time.Time // nil: time.Now
+
+	// wireRange, for tests, is the range of wire versions this node
+	// speaks; zero: wireMin..wireMax. A test node may speak fewer (an
+	// older release) or others (a future one that shares none with us).
+	wireRange [2]byte
 }
 
 // Defaults.
@@ -158,6 +169,7 @@ const (
 	// the same host, so the plugin must not.
 	DefaultBindPort       = 7947
 	DefaultDeadGrace      = 30 * time.Second
+	DefaultRestartGrace   = 10 * time.Minute
 	DefaultTombstoneTTL   = 10 * time.Minute
 	DefaultRejoinInterval = 10 * time.Second
 	DefaultSyncInterval   = time.Second
@@ -226,7 +238,17 @@ type Cluster struct {
 	pushesSent, pushErrors, pushDropped uint64
 	syncsOut, syncsIn                   uint64
 
-	numAlive                    atomic.Int64 // alive members incl. self; read by the queue
+	numAlive atomic.Int64 // alive members incl. self; read by the queue
+	// wireLo, wireHi are the wire versions this node speaks (wireMin,
+	// wireMax but in tests). bcastVer is the version broadcasts go out at
+	// (wire.go): set under mu as members come and go, read by the queue.
+	wireLo, wireHi           byte
+	bcastVer                 atomic.Uint32
+	restartsSent, restartsIn atomic.Uint64
+	restartTO                time.Duration // bound on the restart announcement in Close
+	// recvd counts the plugin's messages received (NotifyMsg) by wire
+	// version and kind, for tests of the negotiation.
+	recvd                       [wireMax + 1][kindRestart + 1]atomic.Uint64
 	bytesIn, bytesOut           atomic.Uint64
 	msgsIn, statesIn, statesOut atomic.Uint64
 	deliveries, sErr            atomic.Uint64
@@ -276,6 +298,12 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.DeadGrace <= 0 {
 		cfg.DeadGrace = DefaultDeadGrace
 	}
+	if cfg.RestartGrace <= 0 {
+		cfg.RestartGrace = DefaultRestartGrace
+	}
+	if cfg.wireRange == [2]byte{} {
+		cfg.wireRange = [2]byte{wireMin, wireMax}
+	}
 	if cfg.TombstoneTTL <= 0 {
 		cfg.TombstoneTTL = DefaultTombstoneTTL
 	}
@@ -322,11 +350,16 @@ func New(cfg Config) (*Cluster, error) {
 		backCh:    make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		connected: make(chan struct{}),
+		wireLo:    cfg.wireRange[0],
+		wireHi:    cfg.wireRange[1],
+		restartTO: restartAnnounceTimeout,
 	}
+	c.bcastVer.Store(uint32(c.wireHi))
 	c.streams, c.cancelStreams = context.WithCancel(context.Background())
 	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
 	c.pushCond = sync.NewCond(&c.mu)
 	c.st = newState(cfg.NodeName, adv, epoch, cfg.DeadGrace, cfg.TombstoneTTL, lg)
+	c.st.restartGrace = max(cfg.RestartGrace, cfg.DeadGrace)
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)
 	c.adv, c.epoch, c.nodeData = adv, epoch, cfg.NodeData
@@ -355,14 +388,29 @@ func New(cfg Config) (*Cluster, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject, stopping: c.closed.Load}, "", 0)
-	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = wireVersion, wireVersion, wireVersion
+	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject, stopping: c.closed.Load,
+		wire: wireRangeString(c.wireLo, c.wireHi)}, "", 0)
+	// The wire versions this node speaks go in memberlist's delegate
+	// protocol fields, which every alive message and push/pull carries
+	// (Node.DMin, DMax). DelegateProtocolVersion, the "current" one, is
+	// the lowest: memberlist's verifyProtocol (state.go, run on every
+	// push/pull merge) computes the cluster's common range, the highest
+	// DMin to the lowest DMax of every alive node on both sides, and
+	// fails the merge if any node's current version is outside it. With a
+	// 0.1.0 node ([2,2]) alive the common range is [2,2], so a current 3
+	// here would break every push/pull with it, both ways; 2 passes with
+	// [2,2] and [2,3] alike. Which version a message goes out at is this
+	// package's choice, per message (wire.go), not memberlist's. A later
+	// release that drops version 2 may raise the current version once no
+	// node that speaks only 2 is left.
+	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = c.wireLo, c.wireLo, c.wireHi
 	if cfg.MemberlistConfig != nil {
 		cfg.MemberlistConfig(mc)
 	}
 	mc.Name = cfg.NodeName
 	mc.Delegate = &delegate{c}
 	mc.Events = &events{c}
+	mc.Alive = &aliveFilter{c: c, next: mc.Alive}
 	if mc.LogOutput != nil { // a test's; the transport below needs a Logger
 		mc.Logger, mc.LogOutput = log.New(mc.LogOutput, "", log.LstdFlags), nil
 	}
@@ -434,7 +482,8 @@ func New(cfg Config) (*Cluster, error) {
 	for range pushWorkers {
 		go c.pushWorker()
 	}
-	lg.Info("gossip started", "addr", c.selfAddr, "vtep", adv, "epoch", epoch, "seeds", len(cfg.Join), "encrypted", cfg.SecretKey != nil)
+	lg.Info("gossip started", "addr", c.selfAddr, "vtep", adv, "epoch", epoch, "seeds", len(cfg.Join), "encrypted", cfg.SecretKey != nil,
+		"wireVersions", wireRangeString(c.wireLo, c.wireHi))
 	return c, nil
 }
 
@@ -565,11 +614,18 @@ func (c *Cluster) pushMeta() {
 // our own header (version, address, epoch).
 const MaxNodeData = memberlist.MetaMaxSize - 2 - 16 - 8
 
-// Close leaves the cluster gracefully (bounded by a few gossip intervals),
-// stops the goroutines and shuts memberlist down. No Sink call is made once
-// it returns. Idempotent.
+// Close is a stop on purpose (the plugin's SIGTERM: a disable, upgrade or
+// settings change, after which the plugin is back): it tells the alive
+// members that speak wire version 3 that this instance is restarting, so
+// that they keep its records for their RestartGrace (restart.go; at most
+// about a second), then leaves the cluster gracefully (bounded by a few
+// gossip intervals), stops the goroutines and shuts memberlist down. No
+// Sink call is made once it returns. Idempotent.
 func (c *Cluster) Close() error {
-	c.closeOnce.Do(func() { c.shutdown(true) })
+	c.closeOnce.Do(func() {
+		c.announceRestart()
+		c.shutdown(true)
+	})
 	return c.closeErr
 }
 
@@ -812,6 +868,9 @@ const (
 	MemberGone MemberState = "gone"
 	// MemberPurged: gone past DeadGrace; its records were removed.
 	MemberPurged MemberState = "purged"
+	// MemberRestarting: gone after announcing that it was being restarted;
+	// its records are kept until RestartGrace.
+	MemberRestarting MemberState = "restarting"
 )
 
 // Member is a copy of this node's view of one member.
@@ -824,6 +883,12 @@ type Member struct {
 	Since   time.Time      `json:"since"` // last change of State, on this node's clock
 	Self    bool           `json:"self,omitempty"`
 	Records int            `json:"records"` // live records it owns in this node's table
+	// KeptUntil, for a gone or restarting member, is when its records
+	// will be removed (Since plus DeadGrace or RestartGrace).
+	KeptUntil time.Time `json:"keptUntil,omitzero"`
+	// Wire is the range of wire versions it speaks ("2..3"), as its
+	// memberlist node advertises it; empty while unknown.
+	Wire string `json:"wire,omitempty"`
 }
 
 // Members returns copies of every member this node knows, alive or not,
@@ -841,14 +906,19 @@ func (c *Cluster) Members() []Member {
 	}
 	out := make([]Member, 0, len(c.st.members))
 	for _, m := range c.st.members {
-		mm := Member{Name: m.name, Addr: m.addr, VTEP: m.vtep, Epoch: m.epoch, Since: m.since, Self: m.name == c.name}
+		mm := Member{Name: m.name, Addr: m.addr, VTEP: m.vtep, Epoch: m.epoch, Since: m.since, Self: m.name == c.name, Wire: m.wireString()}
 		switch {
 		case m.alive:
 			mm.State = MemberAlive
 		case m.purged:
 			mm.State = MemberPurged
+		case m.restartMarked():
+			mm.State = MemberRestarting
 		default:
 			mm.State = MemberGone
+		}
+		if !m.alive && !m.purged {
+			mm.KeptUntil = m.since.Add(c.st.grace(m))
 		}
 		mm.Records = records[m.name]
 		out = append(out, mm)
@@ -861,16 +931,17 @@ func (c *Cluster) Members() []Member {
 // New; bytes count this package's payloads (gossip messages and push/pull
 // state), not memberlist's own protocol traffic.
 type Stats struct {
-	Records          int // live endpoint records, own and remote, of the networks this node has
-	OwnRecords       int // live records published by this node
-	Tombstones       int
-	Networks         int // networks this node has (and so receives the records of)
-	Memberships      int // nodes' live memberships of networks, cluster-wide
-	Pending          int // records held until their owner joins
-	MembersAlive     int // including this node
-	MembersGone      int // gone, records still kept (within DeadGrace)
-	BroadcastsQueued int
-	Epoch            uint64
+	Records           int // live endpoint records, own and remote, of the networks this node has
+	OwnRecords        int // live records published by this node
+	Tombstones        int
+	Networks          int // networks this node has (and so receives the records of)
+	Memberships       int // nodes' live memberships of networks, cluster-wide
+	Pending           int // records held until their owner joins
+	MembersAlive      int // including this node
+	MembersGone       int // gone, records still kept (within DeadGrace or RestartGrace), restarting ones included
+	MembersRestarting int // gone after announcing a restart: records kept for RestartGrace
+	BroadcastsQueued  int
+	Epoch             uint64
 
 	BytesSent, BytesReceived uint64
 	MessagesReceived         uint64 // gossip messages
@@ -891,6 +962,7 @@ type Stats struct {
 	RejectedUnknownType      uint64
 	RejectedMisdirected      uint64
 	RejectedQueueFull        uint64
+	RejectedWireVersion      uint64 // a message, or a node, whose wire versions this node does not speak
 	DecodeErrors             uint64 // malformed input: the plugin's messages, memberlist's, compounds, checksums
 	Retracted                uint64 // own records of an earlier incarnation tombstoned
 	Purged                   uint64 // records of nodes gone past DeadGrace removed
@@ -905,6 +977,8 @@ type Stats struct {
 	PushesDropped            uint64 // records or messages dropped for a member that is gone
 	SyncsSent                uint64 // anti-entropy rounds started with a member
 	SyncsReceived            uint64 // anti-entropy messages received
+	RestartsAnnounced        uint64 // restart announcements this node sent (Close) that were delivered
+	RestartsReceived         uint64 // restart announcements received from other nodes
 }
 
 // Stats returns the current counters.
@@ -962,6 +1036,9 @@ func (c *Cluster) Stats() Stats {
 			s.MembersAlive++
 		case !m.purged:
 			s.MembersGone++
+			if m.restartMarked() {
+				s.MembersRestarting++
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -972,6 +1049,8 @@ func (c *Cluster) Stats() Stats {
 	s.RejectedCompressed, s.RejectedUnknownType = c.rej[RejectCompressed].Load(), c.rej[RejectUnknownType].Load()
 	s.RejectedMisdirected, s.RejectedQueueFull = c.rej[RejectMisdirected].Load(), c.rej[RejectQueueFull].Load()
 	s.DecodeErrors = c.rej[RejectMalformed].Load()
+	s.RejectedWireVersion = c.rej[RejectWireVersion].Load()
+	s.RestartsAnnounced, s.RestartsReceived = c.restartsSent.Load(), c.restartsIn.Load()
 	for name, v := range s.Rejections() {
 		if name != RejectStale.String() {
 			s.Rejected += v

@@ -18,6 +18,7 @@ import (
 //	message  = magic(1 byte 0xC7) version(1 byte) kind(1 byte) body
 //	body     = records                                   kindRecords, kindState, kindPush
 //	         | string(sender) nSyncs sync{nSyncs} records kindSync
+//	         | string(node) epoch                        kindRestart (version 3 on)
 //	records  = nOwners owner{nOwners} nNets net{nNets}
 //	net      = string(networkID) nRecs rec{nRecs}
 //	rec      = flags(1 byte; bit0 deleted, bit1 membership)
@@ -41,20 +42,57 @@ import (
 // 64-hex ids pack to 33 bytes, so an endpoint record costs about 55 bytes
 // (before memberlist's own compression). Decoding never panics: every
 // length is bounded by the bytes remaining and the limits of validate.
+//
+// # Versions
+//
+// This build speaks wire versions wireMin..wireMax and says so in
+// memberlist's delegate protocol fields (New). Version 2 is release
+// 0.1.0's, its only one. Version 3 is version 2 plus kindRestart (a node
+// stopped on purpose announces its restart, restart.go); every kind
+// version 2 has is byte-identical in version 3 but for the version byte.
+// A message is sent at a version its receivers speak (the newest all
+// alive members speak for a broadcast, the newest both speak for a
+// message to one node), and a decoder refuses a version outside its range
+// and a kind the message's version does not have. A future version that
+// changes the body of an existing kind must encode it per version; the
+// broadcast queue relies on the bodies being equal (broadcast.Message).
 const (
-	wireMagic   = 0xC7
-	wireVersion = 2
+	wireMagic = 0xC7
+	wireMin   = 2 // 0.1.0's only version
+	wireMax   = 3 // adds kindRestart
 
 	kindRecords = 1
 	kindState   = 2
 	kindSync    = 3
 	kindPush    = 4
+	kindRestart = 5 // version 3 on
+
+	kindRestartVersion = 3 // the version that introduced kindRestart
 
 	flagDeleted = 1
 	flagMember  = 2
 )
 
 var errTruncated = errors.New("truncated message")
+
+// kindSince is the wire version that introduced kind (0: no version has it).
+func kindSince(kind byte) byte {
+	switch kind {
+	case kindRecords, kindState, kindSync, kindPush:
+		return 2
+	case kindRestart:
+		return kindRestartVersion
+	}
+	return 0
+}
+
+// versionError is a message whose version byte is outside the range the
+// decoder speaks: refused under RejectWireVersion, not as malformed.
+type versionError struct{ v, lo, hi byte }
+
+func (e *versionError) Error() string {
+	return fmt.Sprintf("unsupported wire version %d (this node speaks %d..%d)", e.v, e.lo, e.hi)
+}
 
 type encoder struct{ b []byte }
 
@@ -99,12 +137,18 @@ func packableHex(s string) bool {
 	return true
 }
 
-// encodeRecords encodes recs as one message of the given kind. recs must
-// be grouped by network (consecutive records of a network); ages of
-// tombstones are computed against now.
+// encodeRecords encodes recs as one message of the given kind at the
+// lowest version (see encodeRecordsAt).
 func encodeRecords(kind byte, recs []*record, now time.Time) []byte {
+	return encodeRecordsAt(wireMin, kind, recs, now)
+}
+
+// encodeRecordsAt encodes recs as one message of the given kind at wire
+// version v. recs must be grouped by network (consecutive records of a
+// network); ages of tombstones are computed against now.
+func encodeRecordsAt(v, kind byte, recs []*record, now time.Time) []byte {
 	e := encoder{b: make([]byte, 0, 64+64*len(recs))}
-	e.b = append(e.b, wireMagic, wireVersion, kind)
+	e.b = append(e.b, wireMagic, v, kind)
 	e.records(recs, now)
 	return e.b
 }
@@ -268,32 +312,61 @@ func (d *decoder) addr() netip.Addr {
 
 // message is a decoded message.
 type message struct {
-	kind  byte
-	from  string      // kindSync: the sender's node name, for the reply
-	syncs []syncEntry // kindSync
-	recs  []*record
+	version byte
+	kind    byte
+	from    string      // kindSync: the sender's node name, for the reply; kindRestart: the node restarting
+	epoch   uint64      // kindRestart: the instance that restarts
+	syncs   []syncEntry // kindSync
+	recs    []*record
 }
 
-// decodeMessage decodes a message from the network. Each record is checked
-// with validate; the first problem fails the whole message (a peer that
-// sends garbage gets none of its message applied). Tombstone ages are
-// turned into DeletedAt on now's clock.
+// decodeMessage decodes a message of any version this build speaks.
 func decodeMessage(buf []byte, now time.Time) (*message, error) {
+	return decodeMessageUpTo(buf, now, wireMax)
+}
+
+// decodeMessageUpTo decodes a message from the network whose version is
+// wireMin..hi (a *versionError otherwise). Each record is checked with
+// validate; the first problem fails the whole message (a peer that sends
+// garbage gets none of its message applied). Tombstone ages are turned
+// into DeletedAt on now's clock.
+func decodeMessageUpTo(buf []byte, now time.Time, hi byte) (*message, error) {
 	d := decoder{b: buf}
 	if d.byte() != wireMagic || d.err != nil {
 		return nil, errors.New("bad magic")
 	}
-	if v := d.byte(); v != wireVersion {
-		return nil, fmt.Errorf("unsupported wire version %d", v)
+	v := d.byte()
+	if d.err != nil {
+		return nil, d.err
 	}
-	m := &message{kind: d.byte()}
+	if v < wireMin || v > hi {
+		return nil, &versionError{v, wireMin, hi}
+	}
+	m := &message{version: v, kind: d.byte()}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if since := kindSince(m.kind); since == 0 || since > v {
+		return nil, fmt.Errorf("message kind %d unknown in wire version %d", m.kind, v)
+	}
 	switch m.kind {
 	case kindRecords, kindState, kindPush:
 	case kindSync:
 		m.from = d.str()
 		m.syncs = d.syncs()
-	default:
-		return nil, fmt.Errorf("unknown message kind %d", m.kind)
+	case kindRestart:
+		m.from = d.str()
+		m.epoch = d.uvarint()
+		if d.err == nil && (m.from == "" || m.epoch == 0) {
+			return nil, errors.New("restart announcement without a node or epoch")
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		if len(d.b) != 0 {
+			return nil, fmt.Errorf("%d trailing bytes", len(d.b))
+		}
+		return m, nil
 	}
 	recs, err := d.records(now)
 	if err != nil {
@@ -350,11 +423,21 @@ func (e *encoder) digest(g digest) {
 	e.b = binary.BigEndian.AppendUint64(e.b, g.hash)
 }
 
-// encodeSync encodes a kindSync message: digests, then records (grouped
-// by network).
-func encodeSync(from string, syncs []syncEntry, recs []*record, now time.Time) []byte {
+// encodeRestart encodes a kindRestart message at version v (3 or more):
+// node's instance epoch is stopping on purpose and will be back.
+func encodeRestart(v byte, node string, epoch uint64) []byte {
+	e := encoder{b: make([]byte, 0, 16+len(node))}
+	e.b = append(e.b, wireMagic, v, kindRestart)
+	e.str(node)
+	e.uvarint(epoch)
+	return e.b
+}
+
+// encodeSync encodes a kindSync message at version v: digests, then
+// records (grouped by network).
+func encodeSync(v byte, from string, syncs []syncEntry, recs []*record, now time.Time) []byte {
 	e := encoder{b: make([]byte, 0, 64+64*len(recs))}
-	e.b = append(e.b, wireMagic, wireVersion, kindSync)
+	e.b = append(e.b, wireMagic, v, kindSync)
 	e.str(from)
 	e.uvarint(uint64(len(syncs)))
 	for _, s := range syncs {

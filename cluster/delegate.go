@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -39,13 +43,20 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	c.bytesIn.Add(uint64(len(buf)))
 	c.msgsIn.Add(1)
 	now := c.clock()
-	m, err := decodeMessage(buf, now) // copies out of buf
+	m, err := decodeMessageUpTo(buf, now, c.wireHi) // copies out of buf
 	if err != nil {
 		c.decodeError("gossip message", err)
 		return
 	}
-	if m.kind == kindSync {
+	if int(m.version) < len(c.recvd) && int(m.kind) < len(c.recvd[0]) {
+		c.recvd[m.version][m.kind].Add(1)
+	}
+	switch m.kind {
+	case kindSync:
 		c.handleSync(m, now)
+		return
+	case kindRestart:
+		c.handleRestart(m)
 		return
 	}
 	src := srcGossip
@@ -83,7 +94,9 @@ func (d *delegate) LocalState(join bool) []byte {
 	c.mu.Lock()
 	recs := c.st.memberships() // records are immutable: encode outside the lock
 	c.mu.Unlock()
-	b := encodeRecords(kindState, recs, c.clock())
+	// To whom is not said (and the other side of a join is no member
+	// yet): the lowest version, which has kindState like every other.
+	b := encodeRecordsAt(c.wireLo, kindState, recs, c.clock())
 	c.bytesOut.Add(uint64(len(b)))
 	c.statesOut.Add(1)
 	return b
@@ -94,7 +107,10 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	c.bytesIn.Add(uint64(len(buf)))
 	c.statesIn.Add(1)
 	now := c.clock()
-	m, err := decodeMessage(buf, now)
+	m, err := decodeMessageUpTo(buf, now, c.wireHi)
+	if err == nil && m.kind != kindState {
+		err = fmt.Errorf("message kind %d in a push/pull state", m.kind)
+	}
 	if err != nil {
 		c.decodeError("push/pull state", err)
 		return
@@ -141,6 +157,7 @@ func (e *events) up(n *memberlist.Node, msg string) {
 		c.ownMeta = meta
 	}
 	back := c.st.memberUp(n.Name, addr, meta, now)
+	c.st.setWire(n.Name, n.DMin, n.DMax)
 	c.flushLocked()
 	if back && addr.IsValid() {
 		c.comebacks[addr.String()] = true
@@ -157,7 +174,7 @@ func (e *events) up(n *memberlist.Node, msg string) {
 		cand.kinds |= candSeen
 		cand.lastAlive = now
 	}
-	c.numAlive.Store(int64(c.st.aliveCount()))
+	c.membersChangedLocked()
 	c.mu.Unlock()
 	if n.Name != c.name {
 		c.connectOnce.Do(func() { close(c.connected) })
@@ -173,10 +190,16 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if cand := c.cands[nodeAddr(n).String()]; cand != nil {
 		cand.lastAlive = now
 	}
-	c.numAlive.Store(int64(c.st.aliveCount()))
+	c.membersChangedLocked()
+	restarting := false
+	var grace time.Duration
+	if m := c.st.members[n.Name]; m != nil {
+		restarting, grace = m.restartMarked(), c.st.grace(m)
+	}
 	c.mu.Unlock()
 	if n.Name != c.name {
-		c.log.Info("member gone; its records are kept for the grace period", "member", n.Name, "addr", nodeAddr(n))
+		c.log.Info("member gone; its records are kept for the grace period", "member", n.Name, "addr", nodeAddr(n),
+			"restarting", restarting, "grace", grace)
 	}
 }
 
@@ -190,29 +213,16 @@ func (s *state) aliveCount() int {
 	return n
 }
 
-// decodeError counts a malformed message and logs it, rate-limited: a
-// peer with the wrong software version could otherwise flood the log.
+// decodeError counts a malformed message, or one of a wire version this
+// node does not speak, and logs it, rate-limited: a peer with the wrong
+// software version could otherwise flood the log.
 func (c *Cluster) decodeError(what string, err error) {
+	if _, ok := errors.AsType[*versionError](err); ok {
+		c.reject(RejectWireVersion, what+" of a wire version this node does not speak ignored", "err", err)
+		return
+	}
 	c.reject(RejectMalformed, "malformed "+what+" ignored", "err", err)
 }
-
-// broadcast is one queued gossip message: one record. Named by its key, so
-// queueing a newer version of a record drops the queued older one (queueing
-// happens under Cluster.mu in version order).
-type broadcast struct {
-	name string
-	msg  []byte
-}
-
-var _ memberlist.NamedBroadcast = (*broadcast)(nil)
-
-func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
-	nb, ok := o.(memberlist.NamedBroadcast)
-	return ok && nb.Name() == b.name
-}
-func (b *broadcast) Name() string    { return b.name }
-func (b *broadcast) Message() []byte { return b.msg }
-func (b *broadcast) Finished()       {}
 
 // mlLogWriter turns memberlist's "[LEVEL] memberlist: ..." lines into slog
 // records at that level. memberlist mostly writes [ERR] for errors, but
@@ -228,7 +238,15 @@ type mlLogWriter struct {
 	// and an ERROR line on every plugin disable would teach operators to
 	// ignore ERROR lines.
 	stopping func() bool
+	// wire is this node's range of wire versions, for the log line of a
+	// push/pull that verifyProtocol failed.
+	wire string
 }
+
+// incompatibleNode finds the node a failed verifyProtocol names: "Node
+// 'x' delegate protocol version (4) is incompatible: [4, 3]" (the version
+// is the node's current one, the range the one every node would share).
+var incompatibleNode = regexp.MustCompile(`Node '([^']*)' delegate protocol version \(`)
 
 // stopErrors are what memberlist's sends and dials fail with once the
 // cluster stops: the transport closed, or the stream context cancelled
@@ -271,6 +289,22 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 			w.reject(r.reason, "gossip input refused by memberlist", "err", s)
 			return len(p), nil
 		}
+	}
+	switch {
+	case strings.Contains(s, errWireVersion.Error()):
+		// aliveFilter's refusal, which it counted and logged.
+		level = slog.LevelDebug
+	case strings.Contains(s, "delegate protocol version ("):
+		// verifyProtocol failed a push/pull (either side, a join's or a
+		// periodic one): a node in it speaks none of the versions that
+		// every node does.
+		member := ""
+		if m := incompatibleNode.FindStringSubmatch(s); m != nil {
+			member = m[1]
+		}
+		w.reject(RejectWireVersion, "push/pull refused: a node in it speaks no wire version every node does",
+			"member", member, "ours", w.wire, "err", s)
+		return len(p), nil
 	}
 	if level > slog.LevelDebug && w.stopping != nil && w.stopping() &&
 		slices.ContainsFunc(stopErrors[:], func(e string) bool { return strings.Contains(s, e) }) {

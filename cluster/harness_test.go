@@ -152,6 +152,8 @@ type harness struct {
 	nodes map[string]*tnode
 	// defaults for new nodes
 	grace, rejoin time.Duration
+	restartGrace  time.Duration // 0: the default
+	wire          [2]byte       // the wire versions new nodes speak; zero: this build's
 	key           []byte
 	tweak         func(*memberlist.Config)
 	logs          *logBuf
@@ -234,6 +236,8 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		Join:             join,
 		SecretKey:        h.key,
 		DeadGrace:        h.grace,
+		RestartGrace:     h.restartGrace,
+		wireRange:        h.wire,
 		RejoinInterval:   h.rejoin,
 		Transport:        tr,
 		MemberlistConfig: h.tweak,

@@ -62,7 +62,8 @@ func (c *Cluster) flushLocked() {
 	for _, r := range c.st.out {
 		c.queue.QueueBroadcast(&broadcast{
 			name: r.NetworkID + "\x00" + r.EndpointID,
-			msg:  encodeRecords(kindRecords, []*record{r}, now),
+			msg:  encodeRecordsAt(c.wireLo, kindRecords, []*record{r}, now),
+			ver:  &c.bcastVer,
 		})
 	}
 	clear(c.st.out)
@@ -195,13 +196,14 @@ func (c *Cluster) pushWorker() {
 		ob := c.ready[0]
 		c.ready = slices.Delete(c.ready, 0, 1)
 		node, syncs, recs := c.takeLocked(ob)
+		v := c.versionForLocked(ob.name)
 		c.mu.Unlock()
 
 		var sent, failed int
 		if node != nil {
 			msgs := syncs
 			if len(recs) > 0 {
-				msgs = append(msgs, encodeRecords(kindPush, recs, c.clock()))
+				msgs = append(msgs, encodeRecordsAt(v, kindPush, recs, c.clock()))
 			}
 			for _, msg := range msgs {
 				if err := c.ml.SendReliable(node, msg); err != nil {

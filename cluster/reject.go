@@ -20,11 +20,12 @@ const (
 	RejectOwnership                 // a record of an endpoint another node owns
 	RejectVTEP                      // a record whose VTEP is not its owner's address
 	RejectOwnerGone                 // a record of a node gone past the dead grace
+	RejectWireVersion               // a message, or a node, whose wire versions this node does not speak
 	numReasons
 )
 
 var reasonNames = [numReasons]string{"decrypt", "plain", "compressed", "unknown_type", "malformed", "misdirected",
-	"queue_full", "stale", "ownership", "vtep_mismatch", "owner_gone"}
+	"queue_full", "stale", "ownership", "vtep_mismatch", "owner_gone", "wire_version"}
 
 func (r Reason) String() string { return reasonNames[r] }
 
@@ -50,7 +51,8 @@ func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
 func (s Stats) Rejections() map[string]uint64 {
 	out := make(map[string]uint64, numReasons)
 	for r, v := range [numReasons]uint64{s.RejectedDecrypt, s.RejectedPlain, s.RejectedCompressed, s.RejectedUnknownType,
-		s.DecodeErrors, s.RejectedMisdirected, s.RejectedQueueFull, s.Stale, s.RejectedForeignOwner, s.RejectedVTEP, s.RejectedNotMember} {
+		s.DecodeErrors, s.RejectedMisdirected, s.RejectedQueueFull, s.Stale, s.RejectedForeignOwner, s.RejectedVTEP, s.RejectedNotMember,
+		s.RejectedWireVersion} {
 		out[Reason(r).String()] = v
 	}
 	return out

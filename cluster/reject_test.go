@@ -111,11 +111,13 @@ func TestRejectionsCountedPlaintext(t *testing.T) {
 	tg.send(t, []byte{99, 0})
 	tg.send(t, misdirectedPing)
 	tg.send(t, []byte{mlUser, wireMagic, 9, 9}) // the plugin's decoder: unknown version
+	tg.send(t, []byte{mlUser, wireMagic, 2, 9}) // the plugin's decoder: unknown kind
 	const pings = 100
 	for range pings {
 		tg.send(t, []byte{mlPing, 0xc1}) // memberlist: "Failed to decode ping request"
 	}
-	tg.want(t, map[Reason]uint64{RejectCompressed: 2, RejectUnknownType: 1, RejectMisdirected: 1, RejectMalformed: pings + 1})
+	tg.want(t, map[Reason]uint64{RejectCompressed: 2, RejectUnknownType: 1, RejectMisdirected: 1, RejectMalformed: pings + 1,
+		RejectWireVersion: 1})
 	if lines, _ := logLines(tg.logs.tail(1000), RejectMalformed); lines != 1 {
 		t.Errorf("%d log lines for %d malformed messages, want 1", lines, pings+1)
 	}

@@ -48,7 +48,18 @@ type member struct {
 	// data is the opaque node data from its meta (the encryption layer's
 	// public keys); nil once the member is purged.
 	data []byte
+	// wireLo..wire are the wire versions it speaks (its memberlist
+	// DelegateProtocolMin and Max); wire 0 while unknown, taken as wireMin.
+	wireLo, wire byte
+	// restarting is the epoch of the instance that announced it is being
+	// restarted (0: none). It counts only while it is the member's current
+	// epoch: then, once gone, its records are kept for restartGrace instead
+	// of deadGrace. A new instance (a new epoch in its meta) clears it.
+	restarting uint64
 }
+
+// restartMarked: m's current instance announced its restart.
+func (m *member) restartMarked() bool { return m.restarting != 0 && m.restarting == m.epoch }
 
 type pendingRec struct {
 	r  *record
@@ -89,7 +100,10 @@ type state struct {
 	seq     uint64
 
 	deadGrace, tombTTL, pendingTTL, forgetAfter time.Duration
-	log                                         *slog.Logger
+	// restartGrace replaces deadGrace for a member whose instance
+	// announced its restart (member.restarting); at least deadGrace.
+	restartGrace time.Duration
+	log          *slog.Logger
 
 	nets    map[string]map[string]*record // network id → endpoint id → endpoint record
 	netm    map[string]map[string]*record // network id → memberEID(owner) → membership record
@@ -120,7 +134,7 @@ type state struct {
 func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL time.Duration, log *slog.Logger) *state {
 	return &state{
 		self: self, selfEID: memberEID(self), vtep: vtep, epoch: epoch,
-		deadGrace: deadGrace, tombTTL: tombTTL,
+		deadGrace: deadGrace, tombTTL: tombTTL, restartGrace: deadGrace,
 		pendingTTL:  max(30*time.Second, deadGrace),
 		forgetAfter: deadGrace + tombTTL,
 		log:         log,
@@ -346,7 +360,29 @@ func (s *state) ownerGone(name string, now time.Time) bool {
 		return false
 	}
 	m := s.members[name]
-	return m == nil || !m.alive && now.Sub(m.since) >= s.deadGrace
+	return m == nil || !m.alive && now.Sub(m.since) >= s.grace(m)
+}
+
+// grace is how long m's records are kept once it is gone: restartGrace
+// if its current instance announced its restart, else deadGrace.
+func (s *state) grace(m *member) time.Duration {
+	if m.restartMarked() {
+		return max(s.restartGrace, s.deadGrace)
+	}
+	return s.deadGrace
+}
+
+// restartAnnounced marks member name's instance epoch as restarting, and
+// reports whether it did: an announcement for another instance than the
+// member's current one (an old epoch, or one not seen yet) is ignored,
+// as is one for this node or a node not known.
+func (s *state) restartAnnounced(name string, epoch uint64) bool {
+	m := s.members[name]
+	if m == nil || name == s.self || epoch == 0 || m.epoch != epoch || m.purged {
+		return false
+	}
+	m.restarting = epoch
+	return true
 }
 
 // apply merges a remote record (decoded and validated) into the table and
@@ -368,7 +404,7 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.addPending(r, now)
 		return false
 	}
-	if !m.alive && (m.purged || now.Sub(m.since) >= s.deadGrace) {
+	if !m.alive && (m.purged || now.Sub(m.since) >= s.grace(m)) {
 		// Gone past the grace: its records were (or are about to be)
 		// purged everywhere; this is a lagging node's copy, and accepting
 		// it would resurrect them. Within the grace the owner may be a
@@ -598,6 +634,9 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 			m.vtep = vtep
 			s.revalidate(name, vtep)
 		}
+		if m.epoch != epoch {
+			m.restarting = 0 // a new instance: the mark was its predecessor's
+		}
 		m.epoch = epoch
 		s.setData(m, data)
 	}
@@ -632,21 +671,24 @@ func (s *state) memberDown(name string, now time.Time) {
 	m.alive = false
 }
 
-// sweep does the time-driven work: purges records of owners gone past the
-// grace, forgets long-gone members, expires tombstones and pending records.
+// sweep does the time-driven work: purges records of owners gone past
+// their grace (deadGrace, or restartGrace for an instance that announced
+// its restart), forgets long-gone members, expires tombstones and pending
+// records. The node data (the peer's public keys) goes with the records.
 func (s *state) sweep(now time.Time) {
 	for name, m := range s.members {
 		if m.alive || name == s.self {
 			continue
 		}
-		gone := now.Sub(m.since)
-		if !m.purged && gone >= s.deadGrace {
+		gone, grace := now.Sub(m.since), s.grace(m)
+		if !m.purged && gone >= grace {
 			n := s.purgeOwner(name)
 			m.purged = true
 			s.setData(m, nil)
-			s.log.Info("removed the records of a node gone past the grace period", "member", name, "records", n, "gone", gone.Round(time.Millisecond))
+			s.log.Info("removed the records of a node gone past the grace period", "member", name, "records", n,
+				"gone", gone.Round(time.Millisecond), "grace", grace, "restarting", m.restartMarked())
 		}
-		if m.purged && gone >= s.forgetAfter {
+		if m.purged && gone >= s.forgetAfter+grace-s.deadGrace {
 			delete(s.members, name)
 		}
 	}

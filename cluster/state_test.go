@@ -566,12 +566,12 @@ func TestDecodeMalformed(t *testing.T) {
 			b[i] = byte(rng.Uint32())
 		}
 		if len(b) > 2 {
-			b[0], b[1] = wireMagic, wireVersion
+			b[0], b[1] = wireMagic, wireMin
 		}
 		decodeMessage(b, t0)
 	}
 	// Forged huge counts must not allocate beyond the message.
-	huge := []byte{wireMagic, wireVersion, kindState, 0xff, 0xff, 0xff, 0xff, 0x0f}
+	huge := []byte{wireMagic, wireMin, kindState, 0xff, 0xff, 0xff, 0xff, 0x0f}
 	if _, err := decodeMessage(huge, t0); err == nil {
 		t.Error("forged count accepted")
 	}
@@ -593,7 +593,7 @@ func FuzzDecode(f *testing.F) {
 		liveRec(netA, "e1", "a", "10.0.0.1", "192.168.0.1", Version{1, 1}),
 		tombRec(netA, "e2", "a", Version{1, 2}, t0),
 	}, t0))
-	f.Add([]byte{wireMagic, wireVersion, kindRecords})
+	f.Add([]byte{wireMagic, wireMin, kindRecords})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMessage(b, t0)
 		if err != nil {

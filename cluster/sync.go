@@ -182,7 +182,7 @@ func (c *Cluster) syncRound(nids []string) {
 	defer c.mu.Unlock()
 	for name, entries := range c.st.syncTargets(nids) {
 		c.syncsOut++
-		c.sendLocked(name, encodeSync(c.name, entries, nil, now))
+		c.sendLocked(name, encodeSync(c.versionForLocked(name), c.name, entries, nil, now))
 	}
 }
 
@@ -203,7 +203,7 @@ func (c *Cluster) syncAt(addrs []string) {
 		}
 		if entries := c.st.syncsWith(m.name); len(entries) > 0 {
 			c.syncsOut++
-			c.sendLocked(m.name, encodeSync(c.name, entries, nil, now))
+			c.sendLocked(m.name, encodeSync(c.versionForLocked(m.name), c.name, entries, nil, now))
 		}
 	}
 }
@@ -223,12 +223,13 @@ func (c *Cluster) handleSync(m *message, now time.Time) {
 		o.delivered = true
 	}
 	entries, recs := c.st.answerSync(m.syncs)
+	v := c.versionForLocked(m.from)
 	c.flushLocked()
 	c.mu.Unlock()
 	if len(entries) == 0 && len(recs) == 0 {
 		return
 	}
-	msg := encodeSync(c.name, entries, recs, now)
+	msg := encodeSync(v, c.name, entries, recs, now)
 	c.mu.Lock()
 	c.sendLocked(m.from, msg)
 	c.mu.Unlock()

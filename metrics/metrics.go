@@ -91,15 +91,16 @@ var (
 	svcConns     = desc("service_connections_total", "Connections this host's containers opened to a service's VIP, by the backend chosen (nft counters).", "network", "service", "vip", "backend")
 
 	clGauges = map[string]*prometheus.Desc{
-		"alive":     desc("gossip_members_alive", "Gossip members alive, this node included."),
-		"gone":      desc("gossip_members_gone", "Gossip members gone whose records are still kept (within the dead grace)."),
-		"records":   desc("gossip_records", "Live endpoint records, own and remote, of the networks this node has."),
-		"networks":  desc("gossip_networks", "Networks this node has, whose records it receives."),
-		"members":   desc("gossip_memberships", "Nodes' live memberships of networks, cluster-wide."),
-		"own":       desc("gossip_own_records", "Live endpoint records published by this node."),
-		"tombs":     desc("gossip_tombstones", "Tombstones of deleted endpoints kept."),
-		"pending":   desc("gossip_pending_records", "Records held until their owner joins."),
-		"broadcast": desc("gossip_broadcasts_queued", "Membership broadcasts waiting to be sent."),
+		"alive":      desc("gossip_members_alive", "Gossip members alive, this node included."),
+		"gone":       desc("gossip_members_gone", "Gossip members gone whose records are still kept (within the dead grace, or the restart grace), restarting ones included."),
+		"restarting": desc("gossip_members_restarting", "Gossip members gone after announcing a restart: their records are kept for the restart grace."),
+		"records":    desc("gossip_records", "Live endpoint records, own and remote, of the networks this node has."),
+		"networks":   desc("gossip_networks", "Networks this node has, whose records it receives."),
+		"members":    desc("gossip_memberships", "Nodes' live memberships of networks, cluster-wide."),
+		"own":        desc("gossip_own_records", "Live endpoint records published by this node."),
+		"tombs":      desc("gossip_tombstones", "Tombstones of deleted endpoints kept."),
+		"pending":    desc("gossip_pending_records", "Records held until their owner joins."),
+		"broadcast":  desc("gossip_broadcasts_queued", "Membership broadcasts waiting to be sent."),
 	}
 	clBytes    = desc("gossip_bytes_total", "Payload bytes of the plugin's gossip (messages and push/pull state), by direction.", "direction")
 	clMsgs     = desc("gossip_messages_received_total", "Gossip messages received.")
@@ -107,17 +108,19 @@ var (
 	clAccepted = desc("gossip_records_accepted_total", "Remote record updates applied, by source (push: from their owner or by gossip; anti_entropy; push_pull).", "source")
 	clPushes   = desc("gossip_pushes_total", "Messages sent straight to a member (pushes and anti-entropy), by result (sent, failed, dropped: the member was gone).", "result")
 	clSyncs    = desc("gossip_anti_entropy_total", "Anti-entropy digest exchanges, by direction (started, received).", "direction")
-	clRejected = desc("gossip_rejected_total", "Gossip input refused, by reason: decrypt, plain (plaintext in an encrypted cluster), compressed, unknown_type, malformed, misdirected (a ping for another node), queue_full (memberlist's handler queue), stale (no newer than what is held; duplicates are routine), ownership (an endpoint another node owns), vtep_mismatch, owner_gone.", "reason")
+	clRejected = desc("gossip_rejected_total", "Gossip input refused, by reason: decrypt, plain (plaintext in an encrypted cluster), compressed, unknown_type, malformed, misdirected (a ping for another node), queue_full (memberlist's handler queue), stale (no newer than what is held; duplicates are routine), ownership (an endpoint another node owns), vtep_mismatch, owner_gone, wire_version (a message or a node of a wire version this node does not speak).", "reason")
 	clOther    = map[string]*prometheus.Desc{
-		"retracted": desc("gossip_records_retracted_total", "Own records of an earlier incarnation tombstoned."),
-		"purged":    desc("gossip_records_purged_total", "Records of nodes gone past the dead grace removed."),
-		"expired":   desc("gossip_tombstones_expired_total", "Tombstones expired."),
-		"dropped":   desc("gossip_pending_dropped_total", "Pending records dropped (expired or over the limit)."),
-		"epochs":    desc("gossip_epoch_bumps_total", "Times this node's epoch moved past one seen from the network."),
-		"delivered": desc("gossip_deliveries_total", "Remote endpoint changes handed to the driver."),
-		"sinkErr":   desc("gossip_delivery_errors_total", "Remote endpoint changes the driver did not apply."),
-		"metaPush":  desc("gossip_meta_push_pulls_total", "Push/pull rounds that carried a change of this node's meta (its keys)."),
-		"ignored":   desc("gossip_records_ignored_total", "Endpoint records received for networks this node does not have."),
+		"retracted":    desc("gossip_records_retracted_total", "Own records of an earlier incarnation tombstoned."),
+		"purged":       desc("gossip_records_purged_total", "Records of nodes gone past the dead grace removed."),
+		"expired":      desc("gossip_tombstones_expired_total", "Tombstones expired."),
+		"dropped":      desc("gossip_pending_dropped_total", "Pending records dropped (expired or over the limit)."),
+		"epochs":       desc("gossip_epoch_bumps_total", "Times this node's epoch moved past one seen from the network."),
+		"delivered":    desc("gossip_deliveries_total", "Remote endpoint changes handed to the driver."),
+		"sinkErr":      desc("gossip_delivery_errors_total", "Remote endpoint changes the driver did not apply."),
+		"metaPush":     desc("gossip_meta_push_pulls_total", "Push/pull rounds that carried a change of this node's meta (its keys)."),
+		"ignored":      desc("gossip_records_ignored_total", "Endpoint records received for networks this node does not have."),
+		"restartsSent": desc("gossip_restarts_announced_total", "Restart announcements this node delivered to members as it was stopped on purpose."),
+		"restartsIn":   desc("gossip_restarts_received_total", "Restart announcements received from other members."),
 	}
 
 	encUp          = desc("encryption_supported", "1 when this host can serve encrypted networks (secret set, kernel has ESP with AES-GCM).")
@@ -200,7 +203,7 @@ func collectNetworks(ch chan<- prometheus.Metric, nets []driver.NetworkStats) {
 }
 
 func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
-	for k, v := range map[string]int{"alive": s.MembersAlive, "gone": s.MembersGone, "records": s.Records, "own": s.OwnRecords,
+	for k, v := range map[string]int{"alive": s.MembersAlive, "gone": s.MembersGone, "restarting": s.MembersRestarting, "records": s.Records, "own": s.OwnRecords,
 		"tombs": s.Tombstones, "pending": s.Pending, "broadcast": s.BroadcastsQueued, "networks": s.Networks, "members": s.Memberships} {
 		gauge(ch, clGauges[k], float64(v))
 	}
@@ -222,7 +225,7 @@ func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	}
 	for k, v := range map[string]uint64{"retracted": s.Retracted, "purged": s.Purged, "expired": s.ExpiredTombstones,
 		"dropped": s.PendingDropped, "epochs": s.EpochBumps, "delivered": s.Deliveries, "sinkErr": s.SinkErrors,
-		"metaPush": s.MetaPushPulls, "ignored": s.Ignored} {
+		"metaPush": s.MetaPushPulls, "ignored": s.Ignored, "restartsSent": s.RestartsAnnounced, "restartsIn": s.RestartsReceived} {
 		counter(ch, clOther[k], v)
 	}
 }

@@ -37,7 +37,8 @@ func TestScrape(t *testing.T) {
 			}, {ID: "enc1", FDBEntries: -1, Refused: &driver.Refusal{Reason: "no secret", Count: 3}}}
 		},
 		Cluster: func() (cluster.Stats, bool) {
-			return cluster.Stats{MembersAlive: 3, Records: 7, BytesSent: 1000, RejectedVTEP: 2, RejectedCompressed: 5, MetaPushPulls: 4}, true
+			return cluster.Stats{MembersAlive: 3, Records: 7, BytesSent: 1000, RejectedVTEP: 2, RejectedCompressed: 5, MetaPushPulls: 4,
+				RejectedWireVersion: 6, MembersRestarting: 1, RestartsAnnounced: 2, RestartsReceived: 8}, true
 		},
 		Encryption: func() (encryption.Status, bool) {
 			return encryption.Status{Own: make([]encryption.PublicKeyInfo, 2), Remotes: []encryption.RemoteStatus{
@@ -68,6 +69,10 @@ func TestScrape(t *testing.T) {
 		`overlay_plugin_gossip_rejected_total{reason="compressed"} 5`,
 		`overlay_plugin_gossip_rejected_total{reason="decrypt"} 0`,
 		`overlay_plugin_gossip_meta_push_pulls_total 4`,
+		`overlay_plugin_gossip_rejected_total{reason="wire_version"} 6`,
+		`overlay_plugin_gossip_members_restarting 1`,
+		`overlay_plugin_gossip_restarts_announced_total 2`,
+		`overlay_plugin_gossip_restarts_received_total 8`,
 		`overlay_plugin_encryption_supported 1`,
 		`overlay_plugin_encryption_own_generations 2`,
 		`overlay_plugin_encryption_remotes{policy="active"} 1`,

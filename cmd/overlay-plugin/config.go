@@ -23,11 +23,16 @@ const (
 	defaultSandboxDir = "/run/overlay-plugin/netns"
 	defaultVXLANPort  = 4789
 	// Docker's NetworkDB gossips on 7946; ours must differ.
-	defaultGossipPort  = 7947
-	defaultDeadGrace   = 30 * time.Second
-	defaultKeyRotation = time.Hour
-	adminSocketName    = "admin.sock"
-	stateDBName        = "state.db"
+	defaultGossipPort = 7947
+	defaultDeadGrace  = 30 * time.Second
+	// defaultRestartGrace must equal plugin/config.json's value: a plugin
+	// upgraded from 0.1.0 keeps 0.1.0's env list, which lacks
+	// OVERLAY_RESTART_GRACE, so this default is what applies there
+	// (TestConfigJSONEnvDefaults).
+	defaultRestartGrace = 10 * time.Minute
+	defaultKeyRotation  = time.Hour
+	adminSocketName     = "admin.sock"
+	stateDBName         = "state.db"
 )
 
 // serveConfig is everything `serve` needs. Every path the plugin writes
@@ -48,9 +53,12 @@ type serveConfig struct {
 	NodeName   string // empty: <hostname>-<advertise address>
 	// SecretFile holds the base64 cluster secret: it authenticates and
 	// encrypts gossip and salts the IPsec keys.
-	SecretFile  string
-	DeadGrace   time.Duration
-	KeyRotation time.Duration
+	SecretFile string
+	DeadGrace  time.Duration
+	// RestartGrace replaces DeadGrace for a node that announced its
+	// restart (a plugin disable, upgrade or set).
+	RestartGrace time.Duration
+	KeyRotation  time.Duration
 	// DockerSocket, if set, is the Docker engine's API socket, asked for
 	// the swarm's node addresses as gossip hints.
 	DockerSocket string
@@ -278,7 +286,7 @@ func resolveAdminSocket(stateDir, adminSocket string) string {
 // parseServeConfig reads serve's settings from args and the environment.
 func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
 	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
-		DeadGrace: defaultDeadGrace, KeyRotation: defaultKeyRotation, ResyncPeriod: driver.DefaultResyncPeriod}
+		DeadGrace: defaultDeadGrace, RestartGrace: defaultRestartGrace, KeyRotation: defaultKeyRotation, ResyncPeriod: driver.DefaultResyncPeriod}
 	f := newEnvFlags("serve", "serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
 	f.stringVar(&cfg.Socket, "socket", "OVERLAY_SOCKET", defaultSocket, "unix socket of Docker's network driver API")
 	adminFlags(f, &cfg.StateDir, &cfg.AdminSocket)
@@ -291,6 +299,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.stringVar(&cfg.NodeName, "node-name", "OVERLAY_NODE_NAME", "", "unique, stable name of this node in the gossip cluster (default <hostname>-<advertise address>)")
 	f.stringVar(&cfg.SecretFile, "secret-file", "OVERLAY_SECRET_FILE", "", "file holding the base64 32-byte cluster secret: authenticates and encrypts gossip, needed for encrypted networks")
 	f.value(durationValue{&cfg.DeadGrace}, "dead-grace", "OVERLAY_DEAD_GRACE", "how long a failed node's endpoints are kept elsewhere (`duration`)")
+	f.value(durationValue{&cfg.RestartGrace}, "restart-grace", "OVERLAY_RESTART_GRACE", "how long the endpoints of a node whose plugin is being restarted on purpose (disable, upgrade, set: it announces it) are kept elsewhere; at least the dead grace (`duration`)")
 	f.value(durationValue{&cfg.KeyRotation}, "key-rotation", "OVERLAY_KEY_ROTATION", "interval between IPsec key generations (`duration`)")
 	f.stringVar(&cfg.DockerSocket, "docker-socket", "OVERLAY_DOCKER_SOCKET", "", "Docker engine API socket, asked for the swarm's nodes so gossip needs no --join")
 	f.stringVar(&cfg.DockerNetnsDir, "docker-netns-dir", "OVERLAY_DOCKER_NETNS_DIR", "", "where Docker's container namespaces (the directory of the SandboxKeys it passes) are mounted here, for service VIPs (default: the SandboxKeys as Docker gives them)")

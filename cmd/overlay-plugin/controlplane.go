@@ -97,7 +97,7 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 	}
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
-		DeadGrace: cfg.DeadGrace, Transport: deps.gossipTransport, Sink: drv, Logger: log,
+		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: deps.gossipTransport, Sink: drv, Logger: log,
 		NodeData: func(vtep netip.Addr, data []byte) {
 			m := enc.Load()
 			if m == nil {

@@ -45,6 +45,7 @@ type ClusterConfig struct {
 	OddSecret map[int]bool
 	// Flags passed when not zero.
 	DeadGrace    time.Duration // --dead-grace
+	RestartGrace time.Duration // --restart-grace (a release without the flag refuses it)
 	KeyRotation  time.Duration // --key-rotation
 	ResyncPeriod time.Duration // --resync-period
 
@@ -54,6 +55,9 @@ type ClusterConfig struct {
 	// HostArgs, if set, adds flags for one host (e.g. a fake engine's
 	// socket).
 	HostArgs func(h *Host) []string
+	// HostBin, if set, names the plugin binary of one host ("": the
+	// Plugin's): a cluster of mixed releases.
+	HostBin func(h *Host) string
 	// ParallelStart starts h1 first, then the others side by side
 	// (process starts are slow under emulation).
 	ParallelStart bool
@@ -182,13 +186,18 @@ func (c *Cluster) pluginConfig(i int, n *Node) (PluginConfig, error) {
 	for _, f := range []struct {
 		flag string
 		d    time.Duration
-	}{{"--dead-grace", cfg.DeadGrace}, {"--key-rotation", cfg.KeyRotation}, {"--resync-period", cfg.ResyncPeriod}} {
+	}{{"--dead-grace", cfg.DeadGrace}, {"--restart-grace", cfg.RestartGrace}, {"--key-rotation", cfg.KeyRotation}, {"--resync-period", cfg.ResyncPeriod}} {
 		if f.d != 0 {
 			args = append(args, f.flag, f.d.String())
 		}
 	}
 	if cfg.HostArgs != nil {
 		args = append(args, cfg.HostArgs(n.Host)...)
+	}
+	if cfg.HostBin != nil {
+		if bin := cfg.HostBin(n.Host); bin != "" {
+			pc.Bin = bin
+		}
 	}
 	pc.Args = append(args, pc.Args...)
 	if cfg.HintsAtStart {

@@ -17,6 +17,11 @@ type Member struct {
 	VTEP  string `json:"vtep"`
 	State string `json:"state"`
 	Self  bool   `json:"self"`
+	// Wire is the range of wire versions it speaks ("2..3"); KeptUntil,
+	// for a gone member, when its records go. Empty from releases
+	// before they were listed (0.1.0).
+	Wire      string    `json:"wire"`
+	KeptUntil time.Time `json:"keptUntil"`
 }
 
 // ClusterView is GET /v1/cluster: the members a plugin knows, and its
