@@ -2,16 +2,19 @@
 # `make test` as root.
 
 GO      ?= go
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The release (semantic version, VERSION file) and the commit it is built
+# from; `overlay-plugin version` prints both, the plugin's tag is the version.
+VERSION ?= $(shell cat VERSION)
+COMMIT  ?= $(shell git describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
 BIN     := bin/overlay-plugin
 # Static, reproducible-path binary: the managed plugin's rootfs has no libc.
-LDFLAGS := -s -w -X main.version=$(VERSION)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # runtime/secret: key computations leave no copy in registers, on the stack
 # or on the heap (encryption/erase.go); the tests check it.
 GOEXPERIMENT ?= runtimesecret
 export GOEXPERIMENT
 
-.PHONY: all build demo test test-go test-unit test-vm test-vm-docker vm-smoke test-vagrant bench bench-vm bench-scale bench-scale-d bench-scale-realtime plugin plugin-install e2e-docker vet deadcode clean
+.PHONY: all build demo test test-go test-unit test-vm test-vm-docker vm-smoke test-vagrant bench bench-vm bench-scale bench-scale-d bench-scale-realtime plugin plugin-install plugin-push e2e-docker vet deadcode clean
 
 all: build
 
@@ -141,17 +144,25 @@ bench: build
 bench-vm:
 	$(MAKE) bench BENCH_PARTS=vm
 
-# The Docker managed plugin: build/plugin (config.json + rootfs), no image
-# registry involved; plugin-install creates and enables it in the local
-# engine (PLUGIN_NAME, and PLUGIN_SETTINGS="K=V ..." for docker plugin set).
-# The name has its tag: Docker registers the network driver under the
-# plugin's full name, so it is what `docker network create -d` takes.
+# The Docker managed plugin: build/plugin (config.json + rootfs).
+# plugin-push publishes it as REGISTRY/overlay-plugin:VERSION (what an
+# operator installs with `docker plugin install`, README); DOCKER selects
+# the engine that creates and pushes it (default: docker).
+# plugin-install, for development, creates and enables it in the local
+# engine without a registry (PLUGIN_NAME, and PLUGIN_SETTINGS="K=V ..." for
+# docker plugin set). The name has its tag: Docker registers the network
+# driver under the plugin's full name, so it is what `docker network create
+# -d` takes.
 PLUGIN_NAME ?= overlay-plugin:latest
 plugin: build
 	bash plugin/build.sh build/plugin
 
 plugin-install: plugin
 	bash plugin/install.sh $(PLUGIN_NAME)
+
+plugin-push: plugin
+	@[ -n "$(REGISTRY)" ] || { echo "usage: make plugin-push REGISTRY=host[:port][/path]" >&2; exit 2; }
+	bash plugin/push.sh $(REGISTRY)/overlay-plugin:$(VERSION)
 
 # A real Docker engine and a two-node swarm, each dockerd in its own
 # network namespace (root; installs docker.io from Debian if missing).

@@ -29,6 +29,9 @@ type Sources struct {
 	Repairs    func() map[string]uint64
 	Cluster    func() (cluster.Stats, bool)
 	Encryption func() (encryption.Status, bool)
+	// Version and Commit label the build_info gauge, so that a roll
+	// shows which nodes run which release.
+	Version, Commit string
 }
 
 // Calls observes the driver API calls Docker makes.
@@ -76,6 +79,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
+	buildInfo    = desc("build_info", "1, labelled with the release and commit this plugin was built from.", "version", "commit")
 	netEndpoints = desc("network_endpoints", "Local endpoints of a network, by joined (true, false).", "network", "vni", "joined")
 	netPeers     = desc("network_remote_endpoints", "Remote endpoints in a network's peer table.", "network", "vni")
 	netFDB       = desc("network_fdb_entries", "Static FDB entries in a network's sandbox, read from the kernel (one per remote endpoint when in sync).", "network", "vni")
@@ -132,6 +136,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(buildInfo, prometheus.GaugeValue, 1, c.src.Version, c.src.Commit)
 	if c.src.Networks != nil {
 		collectNetworks(ch, c.src.Networks())
 	}

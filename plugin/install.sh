@@ -14,22 +14,19 @@
 # Environment:
 #   PLUGIN_DIR       plugin directory (default build/plugin)
 #   PLUGIN_SETTINGS  space-separated K=V given to `docker plugin set`, e.g.
-#                    "OVERLAY_LOG_LEVEL=debug state.source=/srv/overlay"
-#                    (env names, or <mount>.source for the 'sandboxes',
-#                    'state', 'secrets', 'netns' and 'docker' mounts)
+#                    "OVERLAY_LOG_LEVEL=debug secrets.source=/srv/overlay"
+#                    (env names, or <mount>.source for the 'run', 'var-lib',
+#                    'secrets' and 'docker' mounts)
 #   DOCKER           docker CLI to use (default: docker)
 #   PLUGIN_ENABLE_TIMEOUT  seconds for `docker plugin enable` (default 30)
 #
-# With no DOCKER_HOST (a local daemon), the host directories the plugin
-# mounts are created if missing: /run/overlay-plugin (sandboxes) and
-# /run/docker/netns (Docker's container namespaces), both recreated at
-# every boot by /etc/tmpfiles.d/overlay-plugin.conf, since Docker refuses to
-# enable a plugin whose bind source is missing; /var/lib/overlay-plugin
-# (state) and /etc/overlay-plugin (mode 0700), and the cluster secret file is
-# checked:
-# /etc/overlay-plugin/secret, base64 of 32 random bytes, the SAME on every node
-# (the plugin stops at start-up without it unless OVERLAY_SECRET_FILE= is set
-# empty). On a remote daemon they must already exist.
+# For development: operators install from a registry (README, Install).
+# With no DOCKER_HOST (a local daemon), the cluster secret file is checked
+# (/etc/overlay-plugin/secret, base64 of 32 random bytes, the SAME on every
+# node; the plugin stops at start-up without it unless OVERLAY_SECRET_FILE= is
+# set empty), and so is the propagation of the host's /run, which must be
+# shared for the per-network namespaces to outlive a plugin stop. The plugin
+# creates its own directories (/run/overlay-plugin, /var/lib/overlay-plugin).
 set -euo pipefail
 
 name=${1:?usage: plugin/install.sh NAME [DOCKER_HOST]}
@@ -52,41 +49,29 @@ esac
 
 read -ra settings <<<"${PLUGIN_SETTINGS:-}"
 if [[ -z ${DOCKER_HOST:-} && " ${docker[*]} " != *" -H "* && " ${docker[*]} " != *" --host"* ]]; then
-	src_sandboxes=/run/overlay-plugin src_state=/var/lib/overlay-plugin src_secrets=/etc/overlay-plugin
-	src_netns=/run/docker/netns
+	src_run=/run src_secrets=/etc/overlay-plugin
 	for s in "${settings[@]}"; do
 		case $s in
-		sandboxes.source=*) src_sandboxes=${s#*=} ;;
-		netns.source=*) src_netns=${s#*=} ;;
-		state.source=*) src_state=${s#*=} ;;
+		run.source=*) src_run=${s#*=} ;;
 		secrets.source=*) src_secrets=${s#*=} ;;
 		esac
 	done
-	# Docker's namespace directory appears with its first container; the
-	# plugin's mount of it must exist before (service VIPs, see README).
-	mkdir -p "$src_sandboxes" "$src_state" "$src_netns"
-	mkdir -p -m 0700 "$src_secrets"
-	if [[ -d /etc/tmpfiles.d ]]; then
-		for d in "$src_sandboxes" "$src_netns"; do
-			[[ $d == /run/* ]] && printf 'd %s 0755 root root -\n' "$d"
-		done >/etc/tmpfiles.d/overlay-plugin.conf
-	fi
 	# The namespaces outlive a plugin stop only if the plugin's mounts in
-	# them reach the host: the source must sit on a shared mount (systemd
-	# makes every mount shared) other than the one holding Docker's data root,
-	# which runc makes private in the plugin's mount namespace.
-	sb_mount=$(findmnt -n -o TARGET -T "$src_sandboxes" 2>/dev/null || true)
-	prop=$(findmnt -n -o PROPAGATION -T "$src_sandboxes" 2>/dev/null || true)
+	# them reach the host: the 'run' mount's source must sit on a shared mount
+	# (systemd makes every mount shared) other than the one holding Docker's
+	# data root, which runc makes private in the plugin's mount namespace.
+	run_mount=$(findmnt -n -o TARGET -T "$src_run" 2>/dev/null || true)
+	prop=$(findmnt -n -o PROPAGATION -T "$src_run" 2>/dev/null || true)
 	data_root=$("${docker[@]}" info -f '{{.DockerRootDir}}' 2>/dev/null || true)
 	why=
 	if [[ -n $prop && $prop != shared* ]]; then
-		why="is on a $prop mount ($sb_mount)"
-	elif [[ -n $data_root && -n $sb_mount && $(findmnt -n -o TARGET -T "$data_root" 2>/dev/null) == "$sb_mount" ]]; then
-		why="is on the mount that holds Docker's data root ($sb_mount)"
+		why="is on a $prop mount ($run_mount)"
+	elif [[ -n $data_root && -n $run_mount && $(findmnt -n -o TARGET -T "$data_root" 2>/dev/null) == "$run_mount" ]]; then
+		why="is on the mount that holds Docker's data root ($run_mount)"
 	fi
 	if [[ -n $why ]]; then
-		log "WARNING: $src_sandboxes $why: containers will lose their interface on this plugin's networks when the plugin is disabled"
-		log "  fix: a mount of its own, shared, at every boot: mount --bind $src_sandboxes $src_sandboxes && mount --make-shared $src_sandboxes"
+		log "WARNING: $src_run $why: containers will lose their interface on this plugin's networks when the plugin is disabled"
+		log "  fix: make it shared at every boot: mount --make-shared $run_mount"
 	fi
 	# The plugin stops at start-up when its secret file is missing: say so now.
 	secret_file=/etc/overlay-plugin/secret

@@ -170,7 +170,7 @@ func TestRunCommandLine(t *testing.T) {
 		{"no arguments", nil, nil, 2, "", "commands:"},
 		{"help", []string{"-h"}, nil, 0, "peer add", ""},
 		{"help word", []string{"help"}, nil, 0, "serve", ""},
-		{"version", []string{"version"}, nil, 0, "overlay-plugin dev\n", ""},
+		{"version", []string{"version"}, nil, 0, "overlay-plugin dev (commit unknown)\n", ""},
 		{"version with argument", []string{"version", "x"}, nil, 2, "", "no arguments"},
 		{"unknown command", []string{"frob"}, nil, 2, "", `unknown command "frob"`},
 		{"serve bad env", []string{"serve"}, map[string]string{"OVERLAY_LOG_LEVEL": "loud"}, 2, "", "OVERLAY_LOG_LEVEL"},

@@ -228,5 +228,6 @@ func metricsSources(g *guard, cps *cpHolder) metrics.Sources {
 			}
 			return encryption.Status{}, false
 		},
+		Version: version, Commit: commit,
 	}
 }

@@ -13,8 +13,9 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version (the release, from the VERSION file) and commit are set at build
+// time with -ldflags "-X main.version=... -X main.commit=...".
+var version, commit = "dev", "unknown"
 
 const usageText = `overlay-plugin: Docker network plugin for multi-host L2 overlays on VXLAN
 
@@ -65,7 +66,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		if len(rest) > 0 {
 			return reportErr(stderr, usagef("version takes no arguments"))
 		}
-		fmt.Fprintf(stdout, "overlay-plugin %s\n", version)
+		fmt.Fprintf(stdout, "overlay-plugin %s (commit %s)\n", version, commit)
 		return 0
 	default:
 		fmt.Fprintf(stderr, "overlay-plugin: unknown command %q\n\n%s", cmd, usageText)

@@ -23,6 +23,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/internal/hostdir"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
@@ -117,7 +118,7 @@ func runServe(args []string, getenv func(string) string, stdout, stderr io.Write
 // create its socket: the plugin socket listens first, and calls arriving
 // before the driver is built wait for it.
 func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logger) (retErr error) {
-	log.Info("overlay plugin starting", "version", version, "socket", cfg.Socket, "state_dir", cfg.StateDir,
+	log.Info("overlay plugin starting", "version", version, "commit", commit, "socket", cfg.Socket, "state_dir", cfg.StateDir,
 		"sandbox_dir", cfg.SandboxDir, "admin_socket", cfg.AdminSocket, "advertise_addr", cfg.AdvertiseAddr, "vxlan_port", cfg.VXLANPort)
 	g := newGuard(log, deps.readyWait)
 	// Closing order, whatever the failure: stop the servers, wait for the
@@ -143,8 +144,14 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	// 2. The state database. A damaged or newer one stops the plugin here,
 	// before anything is removed on its word (see statedb); bbolt locks the
 	// file, so a second instance on the same state directory fails too.
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+	// The managed plugin's state and sandbox directories are links into its
+	// mounts of the host's /var/lib and /run (plugin/config.json), made here
+	// on first start; from here on they are used by their real paths.
+	if cfg.StateDir, err = hostdir.Make(cfg.StateDir, 0o700); err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("state directory: %w", err), pluginSrv)
+	}
+	if cfg.SandboxDir, err = hostdir.Make(cfg.SandboxDir, 0o755); err != nil {
+		return stopServers(log, g, deps, fmt.Errorf("sandbox directory: %w", err), pluginSrv)
 	}
 	db, err := statedb.Open(filepath.Join(cfg.StateDir, stateDBName), statedb.Options{LockWait: deps.lockWait, Logger: log})
 	if err != nil {

@@ -3,6 +3,7 @@ package gossip
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
@@ -202,17 +206,40 @@ func TestServiceVIP(t *testing.T) {
 	deadline := time.Now().Add(8 * time.Second)
 	for _, cl := range []*testbed.Endpoint{c1, c2} {
 		for {
-			out, err := cl.Ctr.Exec("nft", "list", "tables")
+			tables, err := nftTables(cl.Ctr.Path())
 			if err != nil {
-				t.Fatalf("%s: nft list tables: %v", cl.Ctr.Name, err)
+				t.Fatalf("%s: %v", cl.Ctr.Name, err)
 			}
-			if !strings.Contains(out, "overlay_plugin") {
+			if !strings.Contains(tables, "overlay_plugin") {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s still holds the plugin's table 8 s after the service was removed:\n%s", cl.Ctr.Name, out)
+				t.Fatalf("%s still holds the plugin's table 8 s after the service was removed: %s", cl.Ctr.Name, tables)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// nftTables names the nftables tables of the namespace at path, read by
+// netlink as the plugin writes them (no nft command needed).
+func nftTables(path string) (string, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return "", err
+	}
+	defer ns.Close()
+	c, err := nftutil.Conn(ns)
+	if err != nil {
+		return "", err
+	}
+	tables, err := c.ListTables()
+	if err != nil {
+		return "", fmt.Errorf("list nftables tables: %w", err)
+	}
+	var names []string
+	for _, t := range tables {
+		names = append(names, t.Name)
+	}
+	return strings.Join(names, " "), nil
 }
