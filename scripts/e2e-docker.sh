@@ -35,7 +35,7 @@ source "$here/e2e/checks.sh"
 source "$here/e2e/upgrade.sh"
 
 # The plugin's name is the README's: the checks run the README's commands.
-E2E_PLUGIN=$(ck_readme_plugin_name) || die "README.md has no 'make plugin-install' command in '$CK_README_SECTION'"
+E2E_PLUGIN=$(ck_readme_plugin_name) || die "README.md names no plugin: no 'make plugin-install' in '$CK_README_SECTION', no --alias in Install"
 [[ -d /usr/local/go/bin ]] && PATH=$PATH:/usr/local/go/bin
 
 trap e2e_cleanup EXIT

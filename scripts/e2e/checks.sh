@@ -612,13 +612,34 @@ ck_readme_cmds() {
 		}' "$CK_README"
 }
 
-# ck_readme_install_cmd: the README's install command (make plugin-install ...).
+# ck_readme_registry_install: the README's `docker plugin install` command
+# (its Install section: from a registry).
+ck_readme_registry_install() {
+	ck_readme_cmds Install | grep -m1 -E '^docker plugin install '
+}
+
+# ck_readme_install_cmd: the README's development install of the checkout,
+# `make plugin-install ...` in "$CK_README_SECTION"; where the README
+# installs from a registry instead (its Install section), `make
+# plugin-install PLUGIN_NAME=<the name it gives the plugin>`, which the
+# README names for development. (Installing from a registry is
+# check_upgrade's, scripts/e2e/upgrade.sh.)
 ck_readme_install_cmd() {
-	ck_readme_cmds "$CK_README_SECTION" | grep -m1 -E '^make plugin-install( |$)'
+	local name
+	ck_readme_cmds "$CK_README_SECTION" | grep -m1 -E '^make plugin-install( |$)' && return 0
+	name=$(ck_readme_alias) || return 1
+	echo "make plugin-install PLUGIN_NAME=$name"
+}
+
+# ck_readme_alias: the --alias of the README's docker plugin install.
+ck_readme_alias() {
+	local name
+	name=$(ck_readme_registry_install | grep -oE -- '--alias[ =][^ ]+' | sed -E 's/^--alias[ =]//')
+	[[ -n $name ]] && echo "$name"
 }
 
 # ck_readme_plugin_name: the plugin name the README installs: its install
-# command's PLUGIN_NAME, else the Makefile's default.
+# command's PLUGIN_NAME (or --alias), else the Makefile's default.
 ck_readme_plugin_name() {
 	local cmd name
 	cmd=$(ck_readme_install_cmd) || return 1

@@ -37,6 +37,7 @@ E2E_UPGRADE_REPO=overlay-plugin
 CK_UP_NET=e2e-up
 CK_UP_SVC=e2e-upv
 CK_UP_TCP_PORT=9000
+CK_UP_HOLD=${CK_UP_HOLD:-5}   # seconds of streams after each node's upgrade and checks
 
 # e2e_upgrade_to: the release this tree builds (VERSION, as the Makefile).
 e2e_upgrade_to() {
@@ -169,10 +170,67 @@ ck_up_rejections() {
 # ck_up_members I N: node I's gossip sees N members alive.
 ck_up_members() { grep -qxF "overlay_plugin_gossip_members_alive $2" <<<"$(ck_metrics "$1")"; }
 
-# ck_up_install I REF: `docker plugin install` of REF on node I, enabled,
-# with the harness's settings.
+# The README's commands, as an operator runs them: its Install section's
+# `docker plugin install` (its flags, --alias NAME giving the plugin its name,
+# and its settings, the reference replaced, the harness's settings added) and
+# `docker plugin enable` when it installs --disable'd; its Upgrading
+# section's disable, upgrade and enable (the reference replaced).
+# ck_up_readme: sets CK_UP_INSTALL (the words before the reference),
+# CK_UP_INSTALL_SET (the README's settings), CK_UP_NAME (the plugin's name,
+# "" for the reference itself), CK_UP_ENABLE_AFTER (1: --disable) and
+# CK_UP_UPGRADE (the three commands, the reference as @REF@).
+ck_up_readme() {
+	local cmd w seen=0
+	local -a words
+	cmd=$(ck_readme_cmds Install | grep -m1 '^docker plugin install ') \
+		|| { ck_fail "README, Install: no docker plugin install command"; return 1; }
+	read -ra words <<<"${cmd#docker }"
+	CK_UP_INSTALL=() CK_UP_INSTALL_SET=() CK_UP_NAME= CK_UP_ENABLE_AFTER=0
+	for w in "${!words[@]}"; do
+		if ((seen)); then
+			CK_UP_INSTALL_SET+=("${words[w]}")
+		elif [[ ${words[w]} == *"/$E2E_UPGRADE_REPO:"* ]]; then
+			seen=1
+		else
+			CK_UP_INSTALL+=("${words[w]}")
+			[[ ${words[w]} == --disable ]] && CK_UP_ENABLE_AFTER=1
+			[[ ${words[w]} == --alias=* ]] && CK_UP_NAME=${words[w]#--alias=}
+			((w > 0)) && [[ ${words[w - 1]} == --alias ]] && CK_UP_NAME=${words[w]}
+		fi
+	done
+	((seen)) || { ck_fail "README, Install: no .../$E2E_UPGRADE_REPO:TAG reference in: $cmd"; return 1; }
+	mapfile -t CK_UP_UPGRADE < <(ck_readme_cmds Upgrading | grep -E '^docker plugin (disable|upgrade|enable) ' \
+		| sed -E "s#[^ ]*/$E2E_UPGRADE_REPO:[^ ]*#@REF@#")
+	if ((${#CK_UP_UPGRADE[@]} != 3)) || [[ ${CK_UP_UPGRADE[0]} != "docker plugin disable "* ||
+		${CK_UP_UPGRADE[1]} != "docker plugin upgrade "*" @REF@" || ${CK_UP_UPGRADE[2]} != "docker plugin enable "* ]]; then
+		ck_fail "README, Upgrading: want docker plugin disable, upgrade (to .../$E2E_UPGRADE_REPO:TAG) and enable, found: ${CK_UP_UPGRADE[*]}"
+		return 1
+	fi
+	ck_log "README: install: docker ${CK_UP_INSTALL[*]} REF ${CK_UP_INSTALL_SET[*]}$( ((CK_UP_ENABLE_AFTER)) && echo "; docker plugin enable ${CK_UP_NAME:-REF}")"
+	ck_log "README: upgrade: $(printf '%s; ' "${CK_UP_UPGRADE[@]}")"
+}
+
+# ck_up_readme_cmd N NAME REF: the README's upgrade command N (0 disable,
+# 1 upgrade, 2 enable) for plugin NAME and reference REF, as words, on
+# stdout one a line (without "docker").
+ck_up_readme_cmd() {
+	local -a words
+	local w readme_name
+	read -ra words <<<"${CK_UP_UPGRADE[$1]#docker }"
+	readme_name=${CK_UP_NAME:-$(ck_readme_plugin_name)}
+	for w in "${words[@]}"; do
+		case $w in
+		@REF@) echo "$3" ;;
+		"$readme_name") echo "$2" ;;
+		*) echo "$w" ;;
+		esac
+	done
+}
+
+# ck_up_install I REF: REF installed on node I by the README's commands
+# (ck_up_readme), with the harness's settings added; enabled.
 ck_up_install() {
-	local i=$1 ref=$2 out
+	local i=$1 ref=$2 name=${CK_UP_NAME:-$2} out
 	local -a settings
 	read -ra settings <<<"$(ck_up_settings "$i")"
 	if [[ $ref == *":0.1.0" ]]; then
@@ -180,13 +238,17 @@ ck_up_install() {
 		# creates only with the engine's first container (or swarm's ingress
 		# sandbox): 0.1.0 cannot be enabled on a fresh engine (fixed by the
 		# next release's 'run' mount). Its operators had to create it.
-		ck_log "node $i: /run/docker/netns $(ck_hx "$i" test -d /run/docker/netns && echo exists || echo 'is missing: created for 0.1.0')"
+		ck_log "node $i: /run/docker/netns $(ck_hx "$i" sh -c 'test -d /run/docker/netns && echo "exists: [$(ls /run/docker/netns | tr "\n" " ")]"' || echo 'is missing: created for 0.1.0')"
 		ck_hx "$i" mkdir -p /run/docker/netns || { ck_fail "node $i: mkdir /run/docker/netns"; return 1; }
 	fi
-	out=$(ck_dkt $((120 * ${E2E_TIME_SCALE:-1})) "$i" plugin install --grant-all-permissions "$ref" "${settings[@]}" 2>&1) \
-		|| { ck_fail "node $i: docker plugin install $ref: $out"; return 1; }
-	ck_up_plugin_is "$i" "$ref" "$ref" || return 1
-	ck_log "node $i: docker plugin install --grant-all-permissions $ref ${settings[*]}: enabled"
+	out=$(ck_dkt $((120 * ${E2E_TIME_SCALE:-1})) "$i" "${CK_UP_INSTALL[@]}" "$ref" "${CK_UP_INSTALL_SET[@]}" "${settings[@]}" 2>&1) \
+		|| { ck_fail "node $i: docker ${CK_UP_INSTALL[*]} $ref: $out"; return 1; }
+	if ((CK_UP_ENABLE_AFTER)); then
+		out=$(ck_dkt $((60 * ${E2E_TIME_SCALE:-1})) "$i" plugin enable --timeout "${PLUGIN_ENABLE_TIMEOUT:-30}" "$name" 2>&1) \
+			|| { ck_fail "node $i: docker plugin enable $name: $out"; return 1; }
+	fi
+	ck_up_plugin_is "$i" "$name" "$ref" || return 1
+	ck_log "node $i: docker ${CK_UP_INSTALL[*]} $ref ${CK_UP_INSTALL_SET[*]} ${settings[*]}$( ((CK_UP_ENABLE_AFTER)) && echo "; enable $name"): enabled"
 }
 
 # ck_up_uninstall NAME: NAME removed from every node, and its state and
@@ -263,7 +325,9 @@ ck_up_streams_start() {
 	# shellcheck disable=SC2016 # expanded by the container's sh
 	ck_dk 0 exec -d "${cid[0]}" sh -c 'echo $$ >/tmp/ping.pid; exec ping -i 0.2 "$1" >/tmp/ping.log 2>&1' sh "${ip[1]}" \
 		|| { ck_fail "node 0: starting the ping stream"; return 1; }
-	ck_dk 0 exec -d "${cid[0]}" sh -c "exec nc -l -p $CK_UP_TCP_PORT >/tmp/tcp.rx 2>/tmp/tcp.rx.err" \
+	# The receiver's stdin stays open: busybox nc ends the connection at
+	# its stdin's end, and docker exec -d gives it /dev/null.
+	ck_dk 0 exec -d "${cid[0]}" sh -c "sleep 1000000 | nc -l -p $CK_UP_TCP_PORT >/tmp/tcp.rx 2>/tmp/tcp.rx.err" \
 		|| { ck_fail "node 0: starting the TCP receiver"; return 1; }
 	ck_retry 10 ck_dk 0 exec "${cid[0]}" sh -c "netstat -ltn | grep -q ':$CK_UP_TCP_PORT '" >/dev/null \
 		|| { ck_fail "node 0: the TCP receiver does not listen"; return 1; }
@@ -296,8 +360,10 @@ ck_up_lost() {
 ck_upgrade_roll() {
 	local -a order=("$@") mp mt downs cid ip host
 	local from_ref=$E2E_UPGRADE_FROM_REF to_ref=$E2E_UPGRADE_TO_REF i k p w out t0 t1 fails=0 oname
+	local name=${CK_UP_NAME:-$E2E_UPGRADE_FROM_REF}
 	# shellcheck disable=SC2034 # the plugin name of ck_mount_source & co.
-	local E2E_PLUGIN=$from_ref
+	local E2E_PLUGIN=$name
+	local -a cmd
 	oname=$(for k in "${order[@]}"; do printf '%s,' "node$((k + 1))"; done)
 	oname=${oname%,}
 	ck_log "---- run order=$oname: $from_ref on every node, then $to_ref node by node"
@@ -310,7 +376,7 @@ ck_upgrade_roll() {
 	ck_log "every node runs $E2E_UPGRADE_FROM (start-up line and PluginReference)"
 	local -a opts=(--attachable)
 	[[ ${E2E_EXPECT_ESP:-0} == 1 ]] && opts+=(--opt encrypted)
-	ck_network "$CK_UP_NET" "$from_ref" "${opts[@]}" || { ck_fail "network create -d $from_ref: $CK_LAST_ERROR"; return 1; }
+	ck_network "$CK_UP_NET" "$name" "${opts[@]}" || { ck_fail "network create -d $name: $CK_LAST_ERROR"; return 1; }
 	CK_SERVICES+=("$CK_UP_SVC")
 	out=$(ck_dk 0 service create -d --name "$CK_UP_SVC" --no-resolve-image --replicas "$CK_N" --replicas-max-per-node 1 \
 		--network "$CK_UP_NET" --hostname 'task{{.Task.Slot}}' --stop-grace-period 1s "$E2E_IMAGE" \
@@ -330,25 +396,29 @@ ck_upgrade_roll() {
 		read -r "mp[w]" "mt[w]" <<<"$(ck_up_mark)"
 		# The README's upgrade: disable, upgrade, enable.
 		t0=$(ck_up_t)
-		out=$(ck_dkt 60 "$k" plugin disable -f "$from_ref" 2>&1) || { ck_fail "node $k: plugin disable -f: $out"; return 1; }
-		out=$(ck_dkt $((120 * ${E2E_TIME_SCALE:-1})) "$k" plugin upgrade --grant-all-permissions "$from_ref" "$to_ref" 2>&1) \
-			|| { ck_fail "node $k: docker plugin upgrade $from_ref $to_ref: $out"; return 1; }
+		mapfile -t cmd < <(ck_up_readme_cmd 0 "$name" "$to_ref")
+		out=$(ck_dkt 60 "$k" "${cmd[@]}" 2>&1) || { ck_fail "node $k: docker ${cmd[*]}: $out"; return 1; }
+		mapfile -t cmd < <(ck_up_readme_cmd 1 "$name" "$to_ref")
+		out=$(ck_dkt $((120 * ${E2E_TIME_SCALE:-1})) "$k" "${cmd[@]}" 2>&1) \
+			|| { ck_fail "node $k: docker ${cmd[*]}: $out"; return 1; }
 		# An upgrade replaces the plugin's whole config: every mount source
 		# set before is back at the new release's default (the env settings
 		# are kept): the harness's sources are set again before the enable.
 		local -a srcs
 		read -ra srcs <<<"$(ck_up_settings "$k" | tr ' ' '\n' | grep -E '^[a-z-]+\.source=' | tr '\n' ' ')"
 		if ((${#srcs[@]})); then
-			out=$(ck_dkt 60 "$k" plugin set "$from_ref" "${srcs[@]}" 2>&1) \
+			out=$(ck_dkt 60 "$k" plugin set "$name" "${srcs[@]}" 2>&1) \
 				|| { ck_fail "node $k: plugin set ${srcs[*]} after the upgrade: $out"; return 1; }
 		fi
-		out=$(ck_dkt $((60 * ${E2E_TIME_SCALE:-1})) "$k" plugin enable --timeout "${PLUGIN_ENABLE_TIMEOUT:-30}" "$from_ref" 2>&1) \
-			|| { ck_fail "node $k: plugin enable after the upgrade: $out"; return 1; }
+		# (with the harness's time limit: an emulated VM starts slowly)
+		mapfile -t cmd < <(ck_up_readme_cmd 2 "$name" "$to_ref")
+		out=$(ck_dkt $((60 * ${E2E_TIME_SCALE:-1})) "$k" "${cmd[@]:0:2}" --timeout "${PLUGIN_ENABLE_TIMEOUT:-30}" "${cmd[@]:2}" 2>&1) \
+			|| { ck_fail "node $k: docker ${cmd[*]} after the upgrade: $out"; return 1; }
 		t1=$(ck_up_t)
 		downs[w]=$(ck_up_secs "$t0" "$t1")
 		ck_log "node $k: disable -f, upgrade to $to_ref${srcs:+, set ${srcs[*]}}, enable: down ${downs[w]} s"
 		upgraded+=("$k")
-		ck_up_plugin_is "$k" "$from_ref" "$to_ref" || fails=1
+		ck_up_plugin_is "$k" "$name" "$to_ref" || fails=1
 		ck_up_wait_start_version "$k" "$E2E_UPGRADE_TO" || fails=1
 		ck_retry 60 ck_up_members "$k" "$CK_N" >/dev/null \
 			|| { ck_fail "node $k: its gossip does not see $CK_N members alive after the upgrade"; fails=1; }
@@ -358,6 +428,8 @@ ck_upgrade_roll() {
 		[[ -n $p ]] || p=${order[0]}
 		[[ $p != "$k" ]] || p=${order[1]}
 		ck_up_new_container "$k" "$p" || fails=1
+		# The streams go on through the upgraded node for a while.
+		sleep "$CK_UP_HOLD"
 	done
 	w=${#order[@]}
 	read -r "mp[w]" "mt[w]" <<<"$(ck_up_mark)"
@@ -423,7 +495,7 @@ ck_upgrade_roll() {
 
 	# Every node runs the new release; no gossip input refused on any.
 	for ((i = 0; i < CK_N; i++)); do
-		ck_up_plugin_is "$i" "$from_ref" "$to_ref" || fails=1
+		ck_up_plugin_is "$i" "$name" "$to_ref" || fails=1
 		[[ $(ck_up_start_version "$i") == "$E2E_UPGRADE_TO" ]] || { ck_fail "node $i: start-up line says $(ck_up_start_version "$i")"; fails=1; }
 		out=$(ck_metrics "$i" | sed -nE 's/^overlay_plugin_build_info\{(.*)\} 1$/\1/p')
 		if [[ -n $out ]]; then
@@ -454,14 +526,15 @@ check_upgrade() {
 	((CK_N >= 2)) || { ck_fail "needs two nodes at least"; return 1; }
 	ck_have_hostx || { ck_fail "E2E_HOSTX is needed (the nodes' state and metrics)"; return 1; }
 	[[ -n ${E2E_UPGRADE_FROM_REF:-} && -n ${E2E_UPGRADE_TO_REF:-} ]] || { ck_fail "the releases are not in a registry (e2e_upgrade_publish)"; return 1; }
-	trap 'ck_teardown; ck_up_uninstall "$E2E_UPGRADE_FROM_REF"' EXIT
+	ck_up_readme || return 1
+	trap 'ck_teardown; ck_up_uninstall "${CK_UP_NAME:-$E2E_UPGRADE_FROM_REF}"' EXIT
 	local i fails=0
 	local -a fwd rev
 	for ((i = 0; i < CK_N; i++)); do fwd+=("$i") rev=("$i" "${rev[@]}"); done
 	ck_upgrade_roll "${fwd[@]}" || fails=1
 	# Whatever the first run left, the second starts from a fresh install.
 	ck_remove
-	ck_up_uninstall "$E2E_UPGRADE_FROM_REF"
+	ck_up_uninstall "${CK_UP_NAME:-$E2E_UPGRADE_FROM_REF}"
 	ck_upgrade_roll "${rev[@]}" || fails=1
 	return "$fails"
 }
