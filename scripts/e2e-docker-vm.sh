@@ -21,18 +21,26 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=scripts/e2e/lib.sh
 source "$here/e2e/lib.sh"
+# shellcheck source=scripts/e2e/upgrade.sh
+source "$here/e2e/upgrade.sh"
 [[ $EUID -eq 0 ]] || die "run as root"
 [[ -d /usr/local/go/bin ]] && PATH=$PATH:/usr/local/go/bin
 
 e2e_install_packages
 E2E_SKIP_BUILD=0 e2e_build_plugin || die "building the plugin failed"
+# The previous release too, for check_upgrade (the guest pushes both to its
+# registry); without the commit in the history the guest's check fails
+# with that reason.
+E2E_SKIP_BUILD=0 e2e_build_prev_plugin || warn "the previous release ($E2E_UPGRADE_FROM) could not be built: check_upgrade will fail"
 
 # What needs ESP, and what Docker shows of it: the encrypted network with a
 # service and containers, the key rotation and the capture
 # (check_plugin_encrypted), the restart of the plugin under it
 # (check_disable_enable), the README's example as written, --opt encrypted
-# included (check_readme_docker), and the plugin's logs (check_plugin_logs).
-export E2E_CHECKS=${E2E_CHECKS:-check_readme_docker check_plugin_encrypted check_disable_enable check_plugin_logs}
+# included (check_readme_docker), the plugin's logs (check_plugin_logs), and
+# the rolling upgrade from the previous release on an encrypted network
+# (check_upgrade: its IPsec state handed over from one release to the next).
+export E2E_CHECKS=${E2E_CHECKS:-check_upgrade check_readme_docker check_plugin_encrypted check_disable_enable check_plugin_logs}
 export OVERLAY_VM_MEM=${OVERLAY_VM_MEM:-3072} OVERLAY_VM_TIMEOUT=${OVERLAY_VM_TIMEOUT:-3600}
 export OVERLAY_VM_PASSENV="${OVERLAY_VM_PASSENV:-} E2E_CHECKS"
 exec "$here/vm/run.sh" "$here/vm/e2e-docker-guest.sh"

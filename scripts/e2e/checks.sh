@@ -343,12 +343,29 @@ ck_mount_source() {
 	[[ -n $src ]] && echo "$src"
 }
 
-# ck_sandbox_dir I: the plugin's sandbox directory as seen on node I's host:
-# netns/ (OVERLAY_SANDBOX_DIR's default) in its 'sandboxes' mount.
+# ck_sandbox_dir I: the plugin's sandbox directory as seen on node I's host
+# (OVERLAY_SANDBOX_DIR's default): overlay-plugin/netns in the host's /run
+# (the 'run' mount), or, in 0.1.0's layout, netns/ in its 'sandboxes' mount.
 ck_sandbox_dir() {
 	local src
+	if src=$(ck_mount_source "$1" run); then
+		echo "$src/overlay-plugin/netns"
+		return
+	fi
 	src=$(ck_mount_source "$1" sandboxes) || return 1
 	echo "$src/netns"
+}
+
+# ck_state_dir I: the plugin's state directory (state.db, admin.sock) as
+# seen on node I's host (OVERLAY_STATE_DIR's default): overlay-plugin in the
+# host's /var/lib (the 'var-lib' mount), or 0.1.0's 'state' mount.
+ck_state_dir() {
+	local src
+	if src=$(ck_mount_source "$1" var-lib); then
+		echo "$src/overlay-plugin"
+		return
+	fi
+	ck_mount_source "$1" state
 }
 
 # ck_host_leftovers I: prints what the plugin left on node I's host: netns
@@ -503,7 +520,7 @@ ck_policy_spis() {
 # overlay address per node, in node order. Each container pings the next
 # node's, 5 numbered echo requests a second (a sequenced stream), while
 # node 0's plugin is told `overlay-plugin rotate-keys` (the admin socket in
-# its 'state' mount). The new generation must activate within the stream
+# its state directory). The new generation must activate within the stream
 # (every node's outbound SPI changes) and no stream may lose a packet.
 # CK_ROTATION_LEAD_MAX: the plugin's longest lead before a new generation
 # is used, min(1 min, key rotation interval / 10).
@@ -595,13 +612,34 @@ ck_readme_cmds() {
 		}' "$CK_README"
 }
 
-# ck_readme_install_cmd: the README's install command (make plugin-install ...).
+# ck_readme_registry_install: the README's `docker plugin install` command
+# (its Install section: from a registry).
+ck_readme_registry_install() {
+	ck_readme_cmds Install | grep -m1 -E '^docker plugin install '
+}
+
+# ck_readme_install_cmd: the README's development install of the checkout,
+# `make plugin-install ...` in "$CK_README_SECTION"; where the README
+# installs from a registry instead (its Install section), `make
+# plugin-install PLUGIN_NAME=<the name it gives the plugin>`, which the
+# README names for development. (Installing from a registry is
+# check_upgrade's, scripts/e2e/upgrade.sh.)
 ck_readme_install_cmd() {
-	ck_readme_cmds "$CK_README_SECTION" | grep -m1 -E '^make plugin-install( |$)'
+	local name
+	ck_readme_cmds "$CK_README_SECTION" | grep -m1 -E '^make plugin-install( |$)' && return 0
+	name=$(ck_readme_alias) || return 1
+	echo "make plugin-install PLUGIN_NAME=$name"
+}
+
+# ck_readme_alias: the --alias of the README's docker plugin install.
+ck_readme_alias() {
+	local name
+	name=$(ck_readme_registry_install | grep -oE -- '--alias[ =][^ ]+' | sed -E 's/^--alias[ =]//')
+	[[ -n $name ]] && echo "$name"
 }
 
 # ck_readme_plugin_name: the plugin name the README installs: its install
-# command's PLUGIN_NAME, else the Makefile's default.
+# command's PLUGIN_NAME (or --alias), else the Makefile's default.
 ck_readme_plugin_name() {
 	local cmd name
 	cmd=$(ck_readme_install_cmd) || return 1
@@ -740,7 +778,7 @@ check_plugin_service() {
 	ck_have_hostx || return 0
 	ck_capture_verify "$(ck_vni 0 e2e-plug)" clear || return 1
 	# The managed plugin's metrics, from the host (admin socket in the
-	# 'state' mount): the joined task and the other node's are counted.
+	# state directory): the joined task and the other node's are counted.
 	local i m nid
 	nid=$(ck_dk 0 network inspect -f '{{.Id}}' e2e-plug)
 	for ((i = 0; i < CK_N; i++)); do
@@ -755,22 +793,22 @@ check_plugin_service() {
 }
 
 # ck_plugin_state I: `overlay-plugin state` (JSON) of node I's plugin,
-# through the admin socket in its 'state' mount.
+# through the admin socket in its state directory.
 ck_plugin_state() { ck_plugin_cli "$1" state 2>&1; }
 
 # ck_plugin_cli I COMMAND...: `overlay-plugin COMMAND` run on node I's host
-# against its plugin's admin socket (in the 'state' mount).
+# against its plugin's admin socket (in its state directory, ck_state_dir).
 ck_plugin_cli() {
 	local i=$1 src; shift
-	src=$(ck_mount_source "$i" state) || return 1
+	src=$(ck_state_dir "$i") || return 1
 	ck_hx "$i" "$E2E_ROOT/bin/overlay-plugin" "$@" --state-dir "$src"
 }
 
 # ck_metrics I: the plugin's Prometheus metrics on node I, read on its host
-# through the admin socket in the plugin's 'state' mount.
+# through the admin socket in the plugin's state directory.
 ck_metrics() {
 	local src
-	src=$(ck_mount_source "$1" state) || return 1
+	src=$(ck_state_dir "$1") || return 1
 	ck_hx "$1" curl -sf --unix-socket "$src/admin.sock" http://plugin/metrics
 }
 
@@ -1030,7 +1068,7 @@ check_disable_enable() {
 	ck_traffic "before the disable" || return 1
 	for ((i = 0; i < CK_N; i++)); do before[i]=$(ck_running_cids "$i" e2e-de | head -1); done
 	# One node at a time, as an operator would. The sandboxes sit on a host
-	# mount (the plugin's 'sandboxes' mount), so the kernel data path, and the
+	# mount (the host's /run, the plugin's 'run' mount), so the kernel data path, and the
 	# containers' interfaces, live on while the plugin is gone.
 	for ((i = 0; i < CK_N; i++)); do
 		out=$(ck_dk "$i" plugin disable -f "$E2E_PLUGIN" 2>&1) || { ck_fail "node $i: plugin disable -f: $out"; return 1; }

@@ -8,14 +8,23 @@
 #   <prefix>-n1..nN    one namespace per node: eth0 = 198.51.100.1<i>/24, no
 #                      default route; its dockerd (and the containerd that
 #                      dockerd starts, the plugin, the containers) run there
-#   $E2E_TMP/n<i>/     data-root, exec-root (x), logs, plugin state of node i
+#   <prefix>-rg        the registry's namespace (e2e_registry_start):
+#                      198.51.100.2:5000, plain HTTP, an insecure registry
+#                      in every node's daemon.json
+#   $E2E_TMP/n<i>/     data-root, logs of node i
 #   /run/<prefix>-n<i>.sock   the node's docker API socket
 # Each dockerd runs under `ip netns exec NS unshare --uts`, i.e. in a mount
 # namespace of its own (a slave of the host's): its mounts never reach the
 # host and disappear with its last process. It gets a tmpfs /sys/fs/cgroup
 # with the host's cgroup hierarchies mounted again, private /etc/docker and
-# /run/containerd, a tmpfs /run/overlay-plugin (the plugin's sandboxes), and
-# `/` made rshared (as on a systemd host) so a plugin's mounts reach it.
+# /run/containerd, and tmpfs of its own where a host has per-host state:
+# /run/docker (dockerd's default exec root: its plugin sockets and
+# container namespaces, /run/docker/netns), /run/overlay-plugin (the
+# plugin's sandboxes) and /var/lib/overlay-plugin (its state and admin
+# socket); `/` made rshared (as on a systemd host) so a plugin's mounts
+# reach it. So the plugin's own paths are the same on every node as on a
+# host, and a fresh engine has no /run/docker/netns until its first
+# container, as on a host.
 #
 # After e2e_setup: E2E_DOCKER[i] is the docker CLI of node i (a string to
 # word-split), E2E_HOSTX[i] runs a command "on node i's host" (nsenter into
@@ -34,11 +43,14 @@ E2E_ROOT=$(cd "$E2E_LIB_DIR/../.." && pwd)
 : "${E2E_DOCKERD:=$(command -v dockerd || echo /usr/sbin/dockerd)}"
 : "${E2E_IMAGE:=local/busybox:1}"
 : "${E2E_DOCKERD_LOG_LEVEL:=info}"
+: "${E2E_REGISTRY_ADDR:=$E2E_UNDERLAY.2}"  # the registry's namespace (e2e_registry_start)
+: "${E2E_REGISTRY:=$E2E_REGISTRY_ADDR:5000}"
 
 E2E_TMP=${E2E_TMP:-}
 E2E_DOCKER=()
 E2E_HOSTX=()
 E2E_DOCKERD_PIDS=()
+E2E_REGISTRY_PID=
 # Host directories created as mount points (/var/lib/docker, ...) are shared
 # by every harness run on the host: each mounts its own tmpfs over them in its
 # nodes' mount namespaces, and removing one while another run uses it would
@@ -88,7 +100,8 @@ e2e_wait() {
 # missing (apt-get update once, only when something is missing).
 e2e_install_packages() {
 	local -A need=([dockerd]=docker.io [containerd]=containerd [runc]=runc [iptables]=iptables
-		[ip]=iproute2 [nsenter]=util-linux [unshare]=util-linux [jq]=jq [tcpdump]=tcpdump)
+		[ip]=iproute2 [nsenter]=util-linux [unshare]=util-linux [jq]=jq [tcpdump]=tcpdump [curl]=curl
+		[docker-registry]=docker-registry)
 	local missing=() c
 	for c in "${!need[@]}"; do
 		command -v "$c" >/dev/null || missing+=("${need[$c]}")
@@ -183,8 +196,6 @@ _e2e_release_mountpoint_dirs() {
 
 e2e_make_tmp() {
 	[[ -n $E2E_TMP ]] && return 0
-	# Short: a managed plugin's socket is <exec-root>/plugins/<64 hex>/overlay.sock
-	# and a unix socket path holds 107 bytes, so exec-root gets 21 at most.
 	E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/oe.XXXXXX")
 	chmod 755 "$E2E_TMP"
 	log "run directory $E2E_TMP"
@@ -265,24 +276,21 @@ _e2e_node_launcher() {
 		done <<<"$specs"
 	fi
 	# Private copies of the paths dockerd and containerd use whatever their
-	# --data-root/--exec-root: /etc/docker (key.json), /run/containerd (so this
-	# dockerd starts its own containerd even if the host runs one; shim
-	# sockets), /run/docker (legacy plugin dir), /var/lib/docker (libnetwork's
-	# load-balancer files), /opt/containerd (containerd's plugin dirs),
-	# /run/overlay-plugin (the plugin's sandboxes: a tmpfs of its own, as /run
-	# is on a host, so the plugin's namespace mounts propagate to it).
+	# --data-root: /etc/docker (key.json), /run/containerd (so this dockerd
+	# starts its own containerd even if the host runs one; shim sockets),
+	# /run/docker (the exec root: plugin sockets, Docker's container
+	# namespaces in /run/docker/netns), /var/lib/docker (libnetwork's
+	# load-balancer files), /opt/containerd (containerd's plugin dirs), and
+	# the plugin's host directories /run/overlay-plugin (its sandboxes) and
+	# /var/lib/overlay-plugin (state.db, admin.sock). Each a tmpfs of its
+	# own, as /run is on a host: not the mount of Docker's data root, which
+	# runc makes private in the plugin's mount namespace, so the namespaces
+	# mounted there propagate between the plugin and the node.
 	mount -n --bind "$dir/etc-docker" /etc/docker
 	local d
-	for d in /run/containerd /run/docker /var/lib/docker /opt/containerd /run/overlay-plugin; do
+	for d in /run/containerd /run/docker /var/lib/docker /opt/containerd /run/overlay-plugin /var/lib/overlay-plugin; do
 		mount -n -t tmpfs -o mode=711 tmpfs "$d"
 	done
-	# Docker's namespace directory (<exec-root>/netns) on a mount of its
-	# own, as /run/docker/netns is on a host (/run): runc makes the mount
-	# holding the data root private in the plugin's mount namespace, and
-	# the plugin's rslave mount of this directory must see the namespaces
-	# dockerd adds (service VIPs).
-	mkdir -p "$dir/x/netns"
-	mount -n -t tmpfs -o mode=755 tmpfs "$dir/x/netns"
 	exec "$@"
 }
 
@@ -290,11 +298,11 @@ _e2e_node_launcher() {
 e2e_start_dockerd() {
 	local i=$1 ns dir sock name specs
 	ns=$(e2e_node_ns "$i") dir=$(e2e_node_dir "$i") sock=$(e2e_node_sock "$i") name=$(e2e_node_name "$i")
-	mkdir -p "$dir/data" "$dir/x" "$dir/etc-docker" "$dir/pstate"
-	((${#dir} + 2 <= 21)) || die "exec-root $dir/x is too long for plugin socket paths"
-	echo '{}' >"$dir/daemon.json"
+	mkdir -p "$dir/data" "$dir/etc-docker"
+	# The run's registry (e2e_registry_start) speaks plain HTTP.
+	printf '{"insecure-registries": ["%s"]}\n' "$E2E_REGISTRY" >"$dir/daemon.json"
 	local d
-	for d in /etc/docker /run/containerd /run/docker /var/lib/docker /opt/containerd /run/overlay-plugin; do
+	for d in /etc/docker /run/containerd /run/docker /var/lib/docker /opt/containerd /run/overlay-plugin /var/lib/overlay-plugin; do
 		_e2e_mountpoint_dir "$d"
 	done
 	specs=$(_e2e_cgroup_specs)
@@ -302,7 +310,7 @@ e2e_start_dockerd() {
 	log "starting dockerd $name in $ns (socket $sock, log $dir/dockerd.log)"
 	ip netns exec "$ns" unshare --uts -- bash -c "$(declare -f _e2e_node_launcher); _e2e_node_launcher \"\$@\"" \
 		launcher "$name" "$dir" "$specs" \
-		"$E2E_DOCKERD" --data-root "$dir/data" --exec-root "$dir/x" -H "unix://$sock" \
+		"$E2E_DOCKERD" --data-root "$dir/data" -H "unix://$sock" \
 		--pidfile "$dir/dockerd.pid" --config-file "$dir/daemon.json" \
 		--default-address-pool "base=$E2E_LOCAL_POOL,size=24" \
 		--log-level "$E2E_DOCKERD_LOG_LEVEL" \
@@ -388,29 +396,44 @@ e2e_build_image() {
 
 # ---------------------------------------------------------------- plugin
 
-# e2e_install_plugin NAME: the plugin installed as NAME on every node, each
-# with its own state directory and the run's shared secret directory, by the
+# e2e_secret: the run's cluster secret, $E2E_TMP/secrets/secret, the same
+# for every node (the 'secrets' mount's source).
+e2e_secret() {
+	mkdir -p -m 700 "$E2E_TMP/secrets"
+	[[ -f $E2E_TMP/secrets/secret ]] || head -c 32 /dev/urandom | base64 >"$E2E_TMP/secrets/secret"
+	chmod 600 "$E2E_TMP/secrets/secret"
+}
+
+# e2e_plugin_settings I: node I's plugin settings (K=V ..., for `docker
+# plugin set` or `docker plugin install`): the mount sources that differ
+# from a host's, the run's secret directory and the node's own engine
+# socket, a log level and the node's name, then E2E_PLUGIN_SETTINGS. The
+# plugin's other host paths (/run, /var/lib) are the node's own already.
+e2e_plugin_settings() {
+	e2e_secret
+	echo "secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$1") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$1") ${E2E_PLUGIN_SETTINGS:-}"
+}
+E2E_UPGRADE_SETTINGS_FN=e2e_plugin_settings
+
+# e2e_install_plugin NAME: the plugin installed as NAME on every node by the
 # README's install command (ck_readme_install_cmd, scripts/e2e/checks.sh: make
 # plugin-install PLUGIN_NAME=NAME) run as written in the checkout, with the
-# node's docker CLI in DOCKER and the harness's mount sources in
+# node's docker CLI in DOCKER and its settings (e2e_plugin_settings) in
 # PLUGIN_SETTINGS, which plugin/install.sh reads. With E2E_SKIP_BUILD=1 or
 # E2E_PLUGIN_DIR, plugin/install.sh is run directly (make would rebuild
 # build/plugin).
 e2e_install_plugin() {
-	local name=$1 i dir cmd direct=0
-	mkdir -p -m 700 "$E2E_TMP/secrets"
-	[[ -f $E2E_TMP/secrets/secret ]] || head -c 32 /dev/urandom | base64 >"$E2E_TMP/secrets/secret"
-	chmod 600 "$E2E_TMP/secrets/secret"
+	local name=$1 i cmd direct=0
+	e2e_secret
 	[[ ${E2E_SKIP_BUILD:-0} == 1 || -n ${E2E_PLUGIN_DIR:-} ]] && direct=1
 	if ((!direct)); then
 		cmd=$(ck_readme_install_cmd) || { log "README.md has no 'make plugin-install' command"; return 1; }
 		[[ $(ck_readme_plugin_name) == "$name" ]] || { log "the README installs $(ck_readme_plugin_name), not $name"; return 1; }
 	fi
 	for ((i = 0; i < E2E_NODES; i++)); do
-		dir=$(e2e_node_dir "$i")
 		(
 			export DOCKER="${E2E_DOCKER[i]}" PLUGIN_DIR="${E2E_PLUGIN_DIR:-$E2E_ROOT/build/plugin}" \
-				PLUGIN_SETTINGS="state.source=$dir/pstate secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$i") netns.source=$dir/x/netns OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$i") ${E2E_PLUGIN_SETTINGS:-}"
+				PLUGIN_SETTINGS="$(e2e_plugin_settings "$i")"
 			cd "$E2E_ROOT" || exit 1
 			if ((direct)); then
 				bash plugin/install.sh "$name"
@@ -427,6 +450,80 @@ e2e_plugin_log() {
 	local i=$1 n=${2:-60}
 	grep -E 'plugin=[0-9a-f]{64}' "$(e2e_node_dir "$i")/dockerd.log" | tail -n "$n" \
 		| sed -E 's/^time="[^"]*" level=[a-z]+ msg="//; s/" plugin=[0-9a-f]{64}$//; s/\\"/"/g'
+}
+
+# ---------------------------------------------------------------- registry
+
+e2e_registry_ns() { echo "$E2E_PREFIX-rg"; }
+
+# e2e_registry_get PATH: GET http://$E2E_REGISTRY/PATH, from the registry's
+# own namespace.
+e2e_registry_get() {
+	ip netns exec "$(e2e_registry_ns)" curl -sf --max-time 10 "http://$E2E_REGISTRY$1"
+}
+
+# e2e_registry_has REPO TAG: the registry lists TAG of REPO.
+e2e_registry_has() {
+	e2e_registry_get "/v2/$1/tags/list" | jq -e --arg t "$2" '.tags | index($t)' >/dev/null
+}
+
+# e2e_registry_start: Debian's docker-registry (distribution 2.8) in a
+# namespace of its own on the underlay ($E2E_REGISTRY_ADDR, a port on the
+# switch's br0), plain HTTP, its storage in $E2E_TMP/registry. Every node
+# lists it in insecure-registries (e2e_start_dockerd).
+e2e_registry_start() {
+	local ns sw dir
+	ns=$(e2e_registry_ns) sw=$(e2e_switch_ns) dir=$E2E_TMP/registry
+	[[ -n $E2E_TMP ]] || { log "no run directory"; return 1; }
+	command -v docker-registry >/dev/null || { log "docker-registry is not installed"; return 1; }
+	ip netns add "$ns" || return 1
+	_E2E_NETNS+=("$ns")
+	ip -n "$ns" link set lo up
+	ip -n "$sw" link add prg type veth peer name eth0 netns "$ns"
+	ip -n "$sw" link set prg master br0 up
+	ip -n "$ns" addr add "$E2E_REGISTRY_ADDR/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	mkdir -p "$dir/data"
+	cat >"$dir/config.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+http:
+  addr: $E2E_REGISTRY
+EOF
+	ip netns exec "$ns" docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
+	E2E_REGISTRY_PID=$!   # ip netns exec execs it: the same PID
+	if ! e2e_wait 30 "registry on $E2E_REGISTRY" e2e_registry_get /v2/; then
+		sed 's/^/    | /' "$dir/registry.log" >&2
+		return 1
+	fi
+	log "registry $E2E_REGISTRY up (pid $E2E_REGISTRY_PID, namespace $ns, storage $dir/data)"
+}
+
+# e2e_registry_stop: the registry stopped by its PID, its storage and
+# namespace removed.
+e2e_registry_stop() {
+	local ns end n
+	ns=$(e2e_registry_ns)
+	if [[ -n $E2E_REGISTRY_PID ]]; then
+		kill -TERM "$E2E_REGISTRY_PID" 2>/dev/null
+		end=$((SECONDS + 10))
+		while kill -0 "$E2E_REGISTRY_PID" 2>/dev/null && ((SECONDS < end)); do sleep 0.2; done
+		kill -KILL "$E2E_REGISTRY_PID" 2>/dev/null
+		wait "$E2E_REGISTRY_PID" 2>/dev/null
+		log "registry stopped (pid $E2E_REGISTRY_PID)"
+		E2E_REGISTRY_PID=
+	fi
+	[[ -n $E2E_TMP ]] && rm -rf "$E2E_TMP/registry"
+	if grep -qxF "$ns" <<<"$(ip netns list | awk '{print $1}')"; then
+		ip netns del "$ns" || warn "ip netns del $ns failed"
+	fi
+	local -a keep=()
+	for n in "${_E2E_NETNS[@]}"; do [[ $n == "$ns" ]] || keep+=("$n"); done
+	_E2E_NETNS=("${keep[@]}")
 }
 
 # ---------------------------------------------------------------- diagnostics
@@ -529,6 +626,7 @@ e2e_cleanup() {
 	for ((i = ${#E2E_DOCKERD_PIDS[@]} - 1; i >= 0; i--)); do
 		e2e_stop_node "$i"
 	done
+	e2e_registry_stop
 	for ((i = 0; i < E2E_NODES; i++)); do
 		ns=$(e2e_node_ns "$i")
 		ip netns pids "$ns" >/dev/null 2>&1 && [[ -n $(_e2e_ns_pids "$ns") ]] && e2e_stop_node "$i"
@@ -559,6 +657,7 @@ e2e_check_clean() {
 		grep -qw -- "${_E2E_NETNS[i]}" <<<"$(ip netns list)" && left+=("netns ${_E2E_NETNS[i]}")
 	done
 	for i in "${E2E_DOCKERD_PIDS[@]}"; do kill -0 "$i" 2>/dev/null && left+=("dockerd pid $i"); done
+	[[ -n $E2E_REGISTRY_PID ]] && kill -0 "$E2E_REGISTRY_PID" 2>/dev/null && left+=("registry pid $E2E_REGISTRY_PID")
 	grep -qF "$E2E_TMP" <<<"$(findmnt -rn -o TARGET)" && left+=("mounts under $E2E_TMP")
 	[[ -e $E2E_TMP ]] && [[ -z ${E2E_KEEP_TMP:-} ]] && left+=("$E2E_TMP")
 	((${#left[@]} == 0)) || { printf 'left behind: %s\n' "${left[*]}" >&2; return 1; }
