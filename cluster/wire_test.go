@@ -260,22 +260,28 @@ func TestWireRefusedNode(t *testing.T) {
 		return nil
 	})
 	time.Sleep(500 * time.Millisecond) // a few probe and gossip rounds
-	for _, m := range n1.c.Members() {
-		if m.Name == "n9" {
-			t.Errorf("n1 lists n9: %+v", m)
-		}
-	}
-	for _, m := range n1.c.ml.Members() {
-		if m.Name == "n9" {
-			t.Errorf("n1's memberlist has n9: %+v", m)
-		}
-	}
+	assertNotMember(t, n1.c, "n9")
 	if got := aliveMembers(n9.c); got != 1 {
 		t.Errorf("n9 sees %d alive members, want only itself", got)
 	}
 	log := h.logs.tail(failLogLines * 4)
 	if !hasLine(log, "node=n1", "reason=wire_version", "member=n9", "ours=2..3") {
 		t.Errorf("no log line at n1 naming n9 and our range 2..3 with reason wire_version:\n%s", log)
+	}
+}
+
+// assertNotMember fails t if c, or its memberlist, lists the node name.
+func assertNotMember(t *testing.T, c *Cluster, name string) {
+	t.Helper()
+	for _, m := range c.Members() {
+		if m.Name == name {
+			t.Errorf("%s is listed: %+v", name, m)
+		}
+	}
+	for _, m := range c.ml.Members() {
+		if m.Name == name {
+			t.Errorf("%s is in memberlist: %+v", name, m)
+		}
 	}
 }
 
@@ -309,16 +315,7 @@ func TestWireRefusedAlive(t *testing.T) {
 		}
 		return nil
 	})
-	for _, m := range tg.c.Members() {
-		if m.Name == "n9" {
-			t.Errorf("n1 lists n9: %+v", m)
-		}
-	}
-	for _, m := range tg.c.ml.Members() {
-		if m.Name == "n9" {
-			t.Errorf("n1's memberlist has n9: %+v", m)
-		}
-	}
+	assertNotMember(t, tg.c, "n9")
 	log := tg.logs.tail(1000)
 	if !hasLine(log, "reason=wire_version", "member=n9", "theirs=4..5", "ours=2..3") {
 		t.Errorf("no log line naming n9, its range 4..5 and ours 2..3 with reason wire_version:\n%s", log)
