@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"flag"
-	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,85 +210,5 @@ func TestRunCommandLine(t *testing.T) {
 				t.Errorf("stderr %q does not contain %q", stderr.String(), c.stderr)
 			}
 		})
-	}
-}
-
-// release010Env are the variables of release 0.1.0's plugin/config.json.
-// `docker plugin upgrade` keeps the env list of the release installed
-// first (the plugin's Settings.Env), so a node upgraded from 0.1.0 never
-// sees a variable added since: for those the binary's own default is what
-// applies, and config.json's value must be that default.
-var release010Env = []string{"OVERLAY_SOCKET", "OVERLAY_STATE_DIR", "OVERLAY_SANDBOX_DIR", "OVERLAY_ADMIN_SOCKET",
-	"OVERLAY_ADVERTISE_ADDR", "OVERLAY_VXLAN_PORT", "OVERLAY_GOSSIP_PORT", "OVERLAY_JOIN", "OVERLAY_DOCKER_SOCKET",
-	"OVERLAY_DOCKER_NETNS_DIR", "OVERLAY_NODE_NAME", "OVERLAY_DEAD_GRACE", "OVERLAY_KEY_ROTATION", "OVERLAY_SECRET_FILE",
-	"OVERLAY_METRICS_ADDR", "OVERLAY_LOG_LEVEL"}
-
-// TestConfigJSONEnvDefaults: every variable of plugin/config.json is a
-// serve setting, and its value there gives the same configuration as the
-// binary's default, but for the paths of the plugin's own mounts (which
-// only exist inside the plugin; 0.1.0 had them, so an upgrade keeps them).
-// So the plugin behaves the same whether or not Docker passes a variable,
-// which it does not for variables added after the release first installed.
-func TestConfigJSONEnvDefaults(t *testing.T) {
-	raw, err := os.ReadFile("../../plugin/config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var manifest struct {
-		Env []struct {
-			Name  string `json:"name"`
-			Value string `json:"value"`
-		} `json:"env"`
-	}
-	if err := json.Unmarshal(raw, &manifest); err != nil {
-		t.Fatal(err)
-	}
-	mounts := map[string]string{ // variable → the mount its value points into
-		"OVERLAY_DOCKER_SOCKET":    "docker",
-		"OVERLAY_DOCKER_NETNS_DIR": "netns",
-		"OVERLAY_SECRET_FILE":      "secrets",
-	}
-	var help bytes.Buffer
-	if _, err := parseServeConfig([]string{"-h"}, envOf(nil), &help); !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("-h: %v", err)
-	}
-	def, err := parseServeConfig(nil, envOf(nil), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, e := range manifest.Env {
-		seen[e.Name] = true
-		if !strings.Contains(help.String(), "(env "+e.Name+")") {
-			t.Errorf("config.json sets %s, which no serve flag reads", e.Name)
-			continue
-		}
-		got, err := parseServeConfig(nil, envOf(map[string]string{e.Name: e.Value}), io.Discard)
-		if err != nil {
-			t.Errorf("%s=%q from config.json: %v", e.Name, e.Value, err)
-			continue
-		}
-		same := reflect.DeepEqual(got, def)
-		if mount, ok := mounts[e.Name]; ok {
-			if same {
-				t.Errorf("%s: listed as pointing into the %q mount, but its value %q is the default: drop it from the list", e.Name, mount, e.Value)
-			}
-			if !slices.Contains(release010Env, e.Name) {
-				t.Errorf("%s differs from the binary's default and was not in 0.1.0's config.json: an upgraded plugin would not get it", e.Name)
-			}
-			continue
-		}
-		if !same {
-			t.Errorf("%s=%q in config.json differs from the binary's default (%+v vs %+v): a plugin upgraded from a release without it runs the default",
-				e.Name, e.Value, got, def)
-		}
-	}
-	for _, name := range []string{"OVERLAY_DEAD_GRACE", "OVERLAY_RESTART_GRACE"} {
-		if !seen[name] {
-			t.Errorf("config.json lacks %s", name)
-		}
-	}
-	if def.RestartGrace != 10*time.Minute {
-		t.Errorf("default restart grace %v, want 10m (config.json's)", def.RestartGrace)
 	}
 }

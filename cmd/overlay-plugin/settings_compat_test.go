@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 // pluginEnv reads the env list of a managed plugin config.json: what
@@ -59,5 +64,64 @@ func TestSettingsOfANodeUpgradedFromPrevious(t *testing.T) {
 	upgraded, fresh := parse(prev), parse(cur)
 	if !reflect.DeepEqual(upgraded, fresh) {
 		t.Errorf("an upgraded node's settings differ from a fresh install's:\nupgraded %+v\nfresh    %+v", upgraded, fresh)
+	}
+}
+
+// TestConfigJSONEnvDefaults: every variable of plugin/config.json is a
+// serve setting, and its value there gives the same configuration as the
+// binary's default, but for the paths of the plugin's own mounts (which
+// only exist inside the plugin; 0.1.0 had them, so an upgrade keeps them).
+// So the plugin behaves the same whether or not Docker passes a variable,
+// which it does not for variables added after the release first installed.
+func TestConfigJSONEnvDefaults(t *testing.T) {
+	env := pluginEnv(t, "../../plugin/config.json")
+	prev := pluginEnv(t, "testdata/config-0.1.0.json")
+	mounts := map[string]string{ // variable → the mount its value points into
+		"OVERLAY_DOCKER_SOCKET":    "docker",
+		"OVERLAY_DOCKER_NETNS_DIR": "run",
+		"OVERLAY_SECRET_FILE":      "secrets",
+	}
+	var help bytes.Buffer
+	if _, err := parseServeConfig([]string{"-h"}, envOf(nil), &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	def, err := parseServeConfig(nil, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for name, value := range env {
+		seen[name] = true
+		if !strings.Contains(help.String(), "(env "+name+")") {
+			t.Errorf("config.json sets %s, which no serve flag reads", name)
+			continue
+		}
+		got, err := parseServeConfig(nil, envOf(map[string]string{name: value}), io.Discard)
+		if err != nil {
+			t.Errorf("%s=%q from config.json: %v", name, value, err)
+			continue
+		}
+		same := reflect.DeepEqual(got, def)
+		if mount, ok := mounts[name]; ok {
+			if same {
+				t.Errorf("%s: listed as pointing into the %q mount, but its value %q is the default: drop it from the list", name, mount, value)
+			}
+			if _, ok := prev[name]; !ok {
+				t.Errorf("%s differs from the binary's default and was not in 0.1.0's config.json: an upgraded plugin would not get it", name)
+			}
+			continue
+		}
+		if !same {
+			t.Errorf("%s=%q in config.json differs from the binary's default (%+v vs %+v): a plugin upgraded from a release without it runs the default",
+				name, value, got, def)
+		}
+	}
+	for _, name := range []string{"OVERLAY_DEAD_GRACE", "OVERLAY_RESTART_GRACE"} {
+		if !seen[name] {
+			t.Errorf("config.json lacks %s", name)
+		}
+	}
+	if def.RestartGrace != 10*time.Minute {
+		t.Errorf("default restart grace %v, want 10m (config.json's)", def.RestartGrace)
 	}
 }
