@@ -48,9 +48,9 @@ type member struct {
 	// data is the opaque node data from its meta (the encryption layer's
 	// public keys); nil once the member is purged.
 	data []byte
-	// wireLo..wire are the wire versions it speaks (its memberlist
-	// DelegateProtocolMin and Max); wire 0 while unknown, taken as wireMin.
-	wireLo, wire byte
+	// wireLo..wireHi are the wire versions it speaks (its memberlist
+	// DelegateProtocolMin and Max); wireHi 0 while unknown, taken as wireMin.
+	wireLo, wireHi byte
 	// restarting is the epoch of the instance that announced it is being
 	// restarted (0: none). It counts only while it is the member's current
 	// epoch: then, once gone, its records are kept for restartGrace instead

@@ -66,26 +66,26 @@ func wireRangeString(lo, hi byte) string { return fmt.Sprintf("%d..%d", lo, hi) 
 
 // wireString is m's advertised range, "" while unknown.
 func (m *member) wireString() string {
-	if m.wire == 0 {
+	if m.wireHi == 0 {
 		return ""
 	}
-	return wireRangeString(m.wireLo, m.wire)
+	return wireRangeString(m.wireLo, m.wireHi)
 }
 
 // setWire records the range member name advertises (memberlist's DMin,
 // DMax), as its alive message passed aliveFilter.
 func (s *state) setWire(name string, lo, hi byte) {
 	if m := s.members[name]; m != nil && hi != 0 {
-		m.wireLo, m.wire = lo, hi
+		m.wireLo, m.wireHi = lo, hi
 	}
 }
 
 // wireOf is the newest version member m speaks, as far as known.
 func (m *member) wireOf() byte {
-	if m == nil || m.wire == 0 {
+	if m == nil || m.wireHi == 0 {
 		return wireMin
 	}
-	return m.wire
+	return m.wireHi
 }
 
 // versionForLocked is the version of a message to member name: the newest
