@@ -164,7 +164,12 @@ ck_up_rejections() {
 	[[ -n $all ]] || { ck_fail "node $i ($when): no overlay_plugin_gossip_rejected_total in the metrics"; return 1; }
 	bad=$(grep -vE '=0$' <<<"$all" | grep -vE '^(stale|queue_full|ownership|owner_gone)=' | tr '\n' ' ')
 	ck_log "node $i ($when): gossip rejections: $(grep -vE '=0$' <<<"$all" | tr '\n' ' ')(reasons counted: $(cut -d= -f1 <<<"$all" | tr '\n' ' '))"
-	[[ -z $bad ]] || { ck_fail "node $i ($when): gossip input refused: $bad"; return 1; }
+	[[ -z $bad ]] && return 0
+	# The refusals' own log lines (rate-limited, so the first of each
+	# reason is there) say what was refused and from whom.
+	ck_node_log "$i" | grep -E 'refused|malformed|wire version' | tail -n 5 | sed 's/^/    | /' >&2
+	ck_fail "node $i ($when): gossip input refused: $bad"
+	return 1
 }
 
 # ck_up_members I N: node I's gossip sees N members alive.
