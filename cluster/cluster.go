@@ -240,10 +240,9 @@ type Cluster struct {
 
 	numAlive atomic.Int64 // alive members incl. self; read by the queue
 	// wireLo, wireHi are the wire versions this node speaks (wireMin,
-	// wireMax but in tests). bcastVer is the version broadcasts go out at
-	// (wire.go): set under mu as members come and go, read by the queue.
-	wireLo, wireHi           byte
-	bcastVer                 atomic.Uint32
+	// wireMax but in tests); bcastVer the one its broadcasts go out at
+	// (wireBroadcast within that range, wire.go). Set in New.
+	wireLo, wireHi, bcastVer byte
 	restartsSent, restartsIn atomic.Uint64
 	restartTO                time.Duration // bound on the restart announcement in Close
 	// recvd counts the plugin's messages received (NotifyMsg) by wire
@@ -354,7 +353,7 @@ func New(cfg Config) (*Cluster, error) {
 		wireHi:    cfg.wireRange[1],
 		restartTO: restartAnnounceTimeout,
 	}
-	c.bcastVer.Store(uint32(c.wireHi))
+	c.bcastVer = min(max(wireBroadcast, c.wireLo), c.wireHi)
 	c.streams, c.cancelStreams = context.WithCancel(context.Background())
 	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
 	c.pushCond = sync.NewCond(&c.mu)

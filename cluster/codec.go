@@ -50,16 +50,22 @@ import (
 // 0.1.0's, its only one. Version 3 is version 2 plus kindRestart (a node
 // stopped on purpose announces its restart, restart.go); every kind
 // version 2 has is byte-identical in version 3 but for the version byte.
-// A message is sent at a version its receivers speak (the newest all
-// alive members speak for a broadcast, the newest both speak for a
-// message to one node), and a decoder refuses a version outside its range
-// and a kind the message's version does not have. A future version that
-// changes the body of an existing kind must encode it per version; the
-// broadcast queue relies on the bodies being equal (broadcast.Message).
+// A message to one node is sent at the newest version both speak, a
+// broadcast at wireBroadcast (wire.go says why), and a decoder refuses a
+// version outside its range and a kind the message's version does not
+// have. A future version that changes the body of an existing kind must
+// encode it per version.
+//
+// wireBroadcast moves one release after the version it names: a release
+// that adds version N keeps broadcasting N-1 (the newest the previous
+// release decodes); the next broadcasts N, and still decodes N-1 from
+// the release before it. So every two adjacent releases understand each
+// other's broadcasts, whatever memberlist piggybacks them on.
 const (
-	wireMagic = 0xC7
-	wireMin   = 2 // 0.1.0's only version
-	wireMax   = 3 // adds kindRestart
+	wireMagic     = 0xC7
+	wireMin       = 2 // 0.1.0's only version
+	wireMax       = 3 // adds kindRestart
+	wireBroadcast = 2 // 0.1.0's newest: broadcasts of 0.2.0
 
 	kindRecords = 1
 	kindState   = 2

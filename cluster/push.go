@@ -62,8 +62,7 @@ func (c *Cluster) flushLocked() {
 	for _, r := range c.st.out {
 		c.queue.QueueBroadcast(&broadcast{
 			name: r.NetworkID + "\x00" + r.EndpointID,
-			msg:  encodeRecordsAt(c.wireLo, kindRecords, []*record{r}, now),
-			ver:  &c.bcastVer,
+			msg:  encodeRecordsAt(c.bcastVer, kindRecords, []*record{r}, now),
 		})
 	}
 	clear(c.st.out)

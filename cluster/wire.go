@@ -3,7 +3,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -13,13 +12,17 @@ import (
 // (New), so each member's range is known from its alive message. This node
 // picks a version per message:
 //
-//   - a broadcast (memberlist's queue, which hands it to random members,
-//     members that joined since included) goes out at the newest version
-//     every alive member speaks, capped by ours. It is chosen when
-//     memberlist takes the message from the queue, not when it is queued:
-//     a message queued while every member spoke 3 and sent after a 0.1.0
-//     node joined goes out at 2 (broadcast.Message).
-//   - a message to one node goes out at the newest version both speak.
+//   - a message to one node (push, sync, restart announcement) goes out at
+//     the newest version both speak; at wireMin to a node whose range is
+//     not known.
+//   - a broadcast goes out at wireBroadcast, whoever the members are.
+//     memberlist hands queued broadcasts to the next packet it sends, to
+//     any node: to dead members too (for GossipToTheDeadTime), and to a
+//     node it does not know yet (the ack of a ping from a node that just
+//     learned of this one, as a join's reply is still on its way). So a
+//     broadcast's receivers are never known; wireBroadcast is the newest
+//     version every release this one may share a cluster with decodes
+//     (the compatibility promise: the previous and the next).
 //   - memberlist's push/pull state (LocalState) goes out at the lowest
 //     version: memberlist does not say to whom, and the other side of a
 //     join is not a member yet. Its kind is the same in every version.
@@ -94,39 +97,19 @@ func (c *Cluster) versionForLocked(name string) byte {
 	return max(min(c.wireHi, c.st.members[name].wireOf()), c.wireLo)
 }
 
-// broadcastVersion is the newest version every alive member speaks,
-// capped by hi.
-func (s *state) broadcastVersion(hi byte) byte {
-	v := hi
-	for _, m := range s.members {
-		if m.alive && m.name != s.self {
-			v = min(v, m.wireOf())
-		}
-	}
-	return v
-}
-
 // membersChangedLocked follows a change of the alive members: the queue's
-// node count and the broadcast version. Caller holds c.mu.
+// node count. Caller holds c.mu.
 func (c *Cluster) membersChangedLocked() {
 	c.numAlive.Store(int64(c.st.aliveCount()))
-	c.bcastVer.Store(uint32(max(c.st.broadcastVersion(c.wireHi), c.wireLo)))
 }
 
-// broadcast is one queued gossip message: one record. Named by its key, so
-// queueing a newer version of a record drops the queued older one (queueing
-// happens under Cluster.mu in version order).
-//
-// msg is encoded at the lowest version; Message gives it at the version
-// broadcasts go out at when memberlist takes it (ver): the bodies are the
-// same in every version, so only the version byte differs. memberlist
-// calls Message under its queue lock: nothing here takes a lock.
+// broadcast is one queued gossip message: one record, at the version
+// broadcasts go out at (Cluster.bcastVer). Named by its key, so queueing a
+// newer version of a record drops the queued older one (queueing happens
+// under Cluster.mu in version order).
 type broadcast struct {
 	name string
 	msg  []byte
-	ver  *atomic.Uint32
-	// at is msg at another version, made on first use.
-	at atomic.Pointer[[]byte]
 }
 
 var _ memberlist.NamedBroadcast = (*broadcast)(nil)
@@ -135,22 +118,6 @@ func (b *broadcast) Invalidates(o memberlist.Broadcast) bool {
 	nb, ok := o.(memberlist.NamedBroadcast)
 	return ok && nb.Name() == b.name
 }
-func (b *broadcast) Name() string { return b.name }
-func (b *broadcast) Finished()    {}
-
-func (b *broadcast) Message() []byte {
-	if b.ver == nil || len(b.msg) < 2 {
-		return b.msg
-	}
-	v := byte(b.ver.Load())
-	if v == b.msg[1] {
-		return b.msg
-	}
-	if p := b.at.Load(); p != nil && (*p)[1] == v {
-		return *p
-	}
-	m := append([]byte(nil), b.msg...)
-	m[1] = v
-	b.at.Store(&m)
-	return m
-}
+func (b *broadcast) Name() string    { return b.name }
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,10 +120,10 @@ func TestWireVersionRefusalsCounted(t *testing.T) {
 func received(c *Cluster, v, kind byte) uint64 { return c.recvd[v][kind].Load() }
 
 // TestWireNegotiation: n3 speaks only version 2, as 0.1.0 does; n1 and
-// n2 speak 2..3. While n3 is alive every broadcast is v2 (n3 would
-// refuse a v3 one, and count it); messages to one node are v3 between n1
-// and n2 and v2 to n3; the endpoints of all three reach all three. Once
-// n3 is gone, broadcasts are v3.
+// n2 speak 2..3. Every broadcast is v2 (n3 would refuse a v3 one, and
+// count it), before n3 goes and after; messages to one node are v3
+// between n1 and n2 and v2 to n3; the endpoints of all three reach all
+// three.
 func TestWireNegotiation(t *testing.T) {
 	h := newHarness(t)
 	h.wire = [2]byte{2, 2}
@@ -162,8 +161,8 @@ func TestWireNegotiation(t *testing.T) {
 				t.Errorf("%s sends to %s at v%d, want v%d", n.name, name, to[name], v)
 			}
 		}
-		if got := n.c.bcastVer.Load(); got != 2 {
-			t.Errorf("%s broadcasts at v%d while n3 (v2 only) is alive, want 2", n.name, got)
+		if n.c.bcastVer != 2 {
+			t.Errorf("%s broadcasts at v%d, want 2", n.name, n.c.bcastVer)
 		}
 	}
 	if m := memberOf(n1.c, "n3"); m.Wire != "2..2" {
@@ -189,13 +188,10 @@ func TestWireNegotiation(t *testing.T) {
 		}
 	}
 
-	// n3 (like 0.1.0) leaves without announcing; n1 then broadcasts at v3.
+	// n3 (like 0.1.0) leaves without announcing; broadcasts stay v2.
 	n3.c.Close()
 	waitMembers(t, nodes[:2], 2)
 	for _, n := range nodes[:2] {
-		if got := n.c.bcastVer.Load(); got != 3 {
-			t.Errorf("%s broadcasts at v%d once n3 is gone, want 3", n.name, got)
-		}
 		if m := memberOf(n.c, "n3"); m.State != MemberGone {
 			t.Errorf("%s lists n3 %q after it left without announcing a restart, want gone", n.name, m.State)
 		}
@@ -204,12 +200,10 @@ func TestWireNegotiation(t *testing.T) {
 		t.Errorf("n3 (v2 only) announced %d restarts", got)
 	}
 	n1.c.NetworkAdded("netc")
-	wait.For(t, 5*time.Second, tick, "a v3 broadcast at n2", func() error {
-		if received(n2.c, 3, kindRecords) == 0 {
-			return errors.New("none yet")
-		}
-		return nil
-	})
+	waitNetworkMembers(t, nodes[:2], "netc", 1)
+	if got := received(n2.c, 3, kindRecords); got != 0 {
+		t.Errorf("n2 received %d v3 broadcasts", got)
+	}
 }
 
 func memberOf(c *Cluster, name string) Member {
@@ -219,25 +213,6 @@ func memberOf(c *Cluster, name string) Member {
 		}
 	}
 	return Member{}
-}
-
-// A queued broadcast goes out at the version current when memberlist
-// takes it, not when it was queued.
-func TestBroadcastVersionAtSend(t *testing.T) {
-	var ver atomic.Uint32
-	ver.Store(3)
-	rec := &record{NetworkID: netA, EndpointID: memberEID("n1"), Owner: "n1", Member: true, Version: Version{1, 1}}
-	b := &broadcast{name: "x", msg: encodeRecordsAt(2, kindRecords, []*record{rec}, time.Now()), ver: &ver}
-	if got := b.Message()[1]; got != 3 {
-		t.Errorf("at v3: message version %d", got)
-	}
-	ver.Store(2)
-	if got := b.Message()[1]; got != 2 {
-		t.Errorf("at v2: message version %d", got)
-	}
-	if b.msg[1] != 2 {
-		t.Error("the queued message was changed in place")
-	}
 }
 
 // TestWireRefusedNode: a node that speaks only versions 4..5 shares none
@@ -370,4 +345,51 @@ func aliveMsg(name string, addr netip.Addr, port uint16, meta []byte, vsn [6]byt
 	str("Vsn")
 	bin(vsn[:])
 	return b
+}
+
+// TestBroadcastsAtTheVersionEveryReleaseSpeaks: memberlist hands queued
+// broadcasts to whatever packet it sends next, to a node it does not
+// know yet included (the ack of a ping from a node that just learned of
+// this one, while this one still waits for the join's reply). So a node
+// alone in its cluster, as every node is at start, must not queue what a
+// 0.1.0 node (version 2 only) would refuse.
+func TestBroadcastsAtTheVersionEveryReleaseSpeaks(t *testing.T) {
+	h := newHarness(t)
+	n1 := h.start(1)
+	n1.c.NetworkAdded(netA)
+	msgs := n1.c.queue.GetBroadcasts(0, 64<<10)
+	if len(msgs) == 0 {
+		t.Fatal("no broadcast queued for the network's membership record")
+	}
+	for _, m := range msgs {
+		if m[1] != wireBroadcast {
+			t.Errorf("a node alone queues a broadcast at version %d, want %d (what 0.1.0 decodes)", m[1], wireBroadcast)
+		}
+	}
+}
+
+// TestNoV3GossipToTheDead: memberlist gossips to dead members too, for
+// GossipToTheDeadTime. n3 speaks only version 2, as 0.1.0 does; cut off
+// from n1 until n1 holds it dead, then back: n1's broadcasts meanwhile
+// must be ones n3 decodes, and n3 refuses nothing.
+func TestNoV3GossipToTheDead(t *testing.T) {
+	h := newHarness(t)
+	h.wire = [2]byte{2, 2}
+	n3 := h.start(3)
+	h.wire = [2]byte{}
+	n1 := h.start(1, 3)
+	nodes := []*tnode{n1, n3}
+	waitMembers(t, nodes, 2)
+	h.isolate(n3)
+	waitMembersWithin(t, nodes[:1], 1, 10*time.Second)
+	h.net.SetFilter(nil)
+	for i := range 20 {
+		n1.c.NetworkAdded(fmt.Sprintf("net%d", i))
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitMembers(t, nodes, 2)
+	waitNetworkMembers(t, nodes, "net19", 1)
+	if s := n3.c.Stats(); s.DecodeErrors != 0 || s.RejectedWireVersion != 0 {
+		t.Errorf("n3 (v2 only) refused %d messages as malformed, %d as of another version", s.DecodeErrors, s.RejectedWireVersion)
+	}
 }
