@@ -32,14 +32,16 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
+	"github.com/overlay-plugin/overlay-plugin/pluginapi"
 )
 
 // MaxBodyBytes bounds a request body. A peer is a few hundred bytes.
 const MaxBodyBytes = 64 << 10
 
 // ErrUnavailable marks an error of a backend that cannot serve now (not yet
-// ready, or shutting down); the server answers 503.
-var ErrUnavailable = errors.New("service unavailable")
+// ready, or shutting down); the server answers 503. It is the plugin API's
+// gate's, which refuses the calls of both APIs alike.
+var ErrUnavailable = pluginapi.ErrUnavailable
 
 // Backend is what the server exposes; *driver.Driver implements it.
 type Backend interface {

@@ -19,7 +19,6 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
 	"github.com/overlay-plugin/overlay-plugin/firewall"
-	"github.com/overlay-plugin/overlay-plugin/metrics"
 )
 
 // advertiseWait is how long the plugin waits for Docker to name this
@@ -171,63 +170,4 @@ func newNetlinkEncryption(cfg serveConfig) (encryption.XFRM, encryption.Firewall
 		return nil, nil, nil, err
 	}
 	return x, firewall.New(nil, cfg.VXLANPort, encryption.Mark), func() { x.Close() }, nil
-}
-
-// adminBackend is the admin API's view: the driver through the guard,
-// plus the control plane once it runs.
-type adminBackend struct {
-	*guard
-	cp *cpHolder
-}
-
-var errNoGossip = fmt.Errorf("%w: the gossip control plane is not running (--gossip-port 0, or still starting)", driver.ErrNotFound)
-
-func (b adminBackend) Cluster() (any, error) {
-	cp := b.cp.get()
-	if cp == nil || cp.cluster == nil {
-		return nil, errNoGossip
-	}
-	return struct {
-		Members []cluster.Member `json:"members"`
-		Stats   cluster.Stats    `json:"stats"`
-	}{cp.cluster.Members(), cp.cluster.Stats()}, nil
-}
-
-var errNoEncryption = fmt.Errorf("%w: encryption is not running (no --secret-file, or still starting)", driver.ErrNotFound)
-
-func (b adminBackend) Encryption() (any, error) {
-	cp := b.cp.get()
-	if cp == nil || cp.enc == nil {
-		return nil, errNoEncryption
-	}
-	return cp.enc.Status(), nil
-}
-
-func (b adminBackend) RotateKeys() error {
-	cp := b.cp.get()
-	if cp == nil || cp.enc == nil {
-		return errNoEncryption
-	}
-	return cp.enc.Rotate()
-}
-
-// metricsSources reads the driver and, once it runs, the control plane.
-func metricsSources(g *guard, cps *cpHolder) metrics.Sources {
-	return metrics.Sources{
-		Networks: g.Stats,
-		Repairs:  g.Repairs,
-		Cluster: func() (cluster.Stats, bool) {
-			if cp := cps.get(); cp != nil && cp.cluster != nil {
-				return cp.cluster.Stats(), true
-			}
-			return cluster.Stats{}, false
-		},
-		Encryption: func() (encryption.Status, bool) {
-			if cp := cps.get(); cp != nil && cp.enc != nil {
-				return cp.enc.Status(), true
-			}
-			return encryption.Status{}, false
-		},
-		Version: version, Commit: commit,
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/pluginapi/pluginapitest"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
@@ -124,14 +125,14 @@ func TestGossipWiresDriversTogether(t *testing.T) {
 	// The same network on both, as Docker creates it after AllocateNetwork.
 	ca, cb := unixClient(a.cfg.Socket), unixClient(b.cfg.Socket)
 	opts := map[string]string{"vxlanid_list": "300", "encrypted": ""}
-	post(t, ca, "http://a", "/NetworkDriver.CreateNetwork", createReq("net1", opts, "203.0.113.0/24")).ok(t, "create on a", nil)
-	post(t, cb, "http://b", "/NetworkDriver.CreateNetwork", createReq("net1", opts, "203.0.113.0/24")).ok(t, "create on b", nil)
-	post(t, ca, "http://a", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": "epa",
-		"Interface": map[string]any{"Address": "203.0.113.1/24"}}).ok(t, "endpoint on a", nil)
-	post(t, cb, "http://b", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": "epb",
-		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).ok(t, "endpoint on b", nil)
-	post(t, ca, "http://a", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": "epa", "SandboxKey": "/x"}).ok(t, "join on a", nil)
-	post(t, cb, "http://b", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": "epb", "SandboxKey": "/y"}).ok(t, "join on b", nil)
+	pluginapitest.Post(t, ca, "http://a", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net1", opts, "203.0.113.0/24")).OK(t, "create on a", nil)
+	pluginapitest.Post(t, cb, "http://b", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net1", opts, "203.0.113.0/24")).OK(t, "create on b", nil)
+	pluginapitest.Post(t, ca, "http://a", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": "epa",
+		"Interface": map[string]any{"Address": "203.0.113.1/24"}}).OK(t, "endpoint on a", nil)
+	pluginapitest.Post(t, cb, "http://b", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": "epb",
+		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).OK(t, "endpoint on b", nil)
+	pluginapitest.Post(t, ca, "http://a", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": "epa", "SandboxKey": "/x"}).OK(t, "join on a", nil)
+	pluginapitest.Post(t, cb, "http://b", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": "epb", "SandboxKey": "/y"}).OK(t, "join on b", nil)
 
 	ipA, ipB := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.113.2")
 	wait.For(t, settle, tick, "each endpoint programmed on the other host", wait.Bool(func() bool {
@@ -147,7 +148,7 @@ func TestGossipWiresDriversTogether(t *testing.T) {
 		return pathReady(a, b) && pathReady(b, a)
 	}))
 
-	post(t, cb, "http://b", "/NetworkDriver.Leave", map[string]any{"NetworkID": "net1", "EndpointID": "epb"}).ok(t, "leave on b", nil)
+	pluginapitest.Post(t, cb, "http://b", "/NetworkDriver.Leave", map[string]any{"NetworkID": "net1", "EndpointID": "epb"}).OK(t, "leave on b", nil)
 	wait.For(t, settle, tick, "leave retracted on a", wait.Bool(func() bool {
 		_, ok := a.kernel.Snapshot()["net1"].Neighbors[ipB]
 		return !ok
@@ -170,10 +171,10 @@ func TestRestartKeepsEncryptedNetwork(t *testing.T) {
 	for i, n := range []*node{a, b} {
 		c := unixClient(n.cfg.Socket)
 		ep := fmt.Sprintf("ep%d", i)
-		post(t, c, "http://p", "/NetworkDriver.CreateNetwork", createReq("net1", opts, "203.0.113.0/24")).ok(t, "create", nil)
-		post(t, c, "http://p", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": ep,
-			"Interface": map[string]any{"Address": fmt.Sprintf("203.0.113.%d/24", i+1)}}).ok(t, "endpoint", nil)
-		post(t, c, "http://p", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": ep, "SandboxKey": "/x"}).ok(t, "join", nil)
+		pluginapitest.Post(t, c, "http://p", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net1", opts, "203.0.113.0/24")).OK(t, "create", nil)
+		pluginapitest.Post(t, c, "http://p", "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "net1", "EndpointID": ep,
+			"Interface": map[string]any{"Address": fmt.Sprintf("203.0.113.%d/24", i+1)}}).OK(t, "endpoint", nil)
+		pluginapitest.Post(t, c, "http://p", "/NetworkDriver.Join", map[string]any{"NetworkID": "net1", "EndpointID": ep, "SandboxKey": "/x"}).OK(t, "join", nil)
 	}
 	wait.For(t, settle, tick, "keys exchanged: each outbound SA exists at the receiver", wait.Bool(func() bool {
 		return pathReady(a, b) && pathReady(b, a)

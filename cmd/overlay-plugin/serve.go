@@ -26,6 +26,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/hostdir"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
+	"github.com/overlay-plugin/overlay-plugin/pluginapi"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
 	"github.com/overlay-plugin/overlay-plugin/servicewatch"
 	"github.com/overlay-plugin/overlay-plugin/statedb"
@@ -120,7 +121,8 @@ func runServe(args []string, getenv func(string) string, stdout, stderr io.Write
 func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logger) (retErr error) {
 	log.Info("overlay plugin starting", "version", version, "commit", commit, "socket", cfg.Socket, "state_dir", cfg.StateDir,
 		"sandbox_dir", cfg.SandboxDir, "admin_socket", cfg.AdminSocket, "advertise_addr", cfg.AdvertiseAddr, "vxlan_port", cfg.VXLANPort)
-	g := newGuard(log, deps.readyWait)
+	calls := metrics.NewCalls()
+	g := pluginapi.NewGate[*driver.Driver](log, deps.readyWait, calls)
 	// Closing order, whatever the failure: stop the servers, wait for the
 	// calls under way, then release the driver, kernel, database, sockets.
 	var closers []func()
@@ -136,10 +138,8 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		return fmt.Errorf("plugin socket: %w", err)
 	}
 	closers = append(closers, func() { removeSocket(log, cfg.Socket) })
-	plugin := newPluginAPI(g, log)
-	closers = append(closers, plugin.Close)
 	serverErrs := make(chan error, 3)
-	pluginSrv := startServer(pl, plugin, serverErrs, "plugin API", deps.readTimeout)
+	pluginSrv := startServer(pl, pluginapi.NewHandler(g, log), serverErrs, "plugin API", deps.readTimeout)
 
 	// 2. The state database. A damaged or newer one stops the plugin here,
 	// before anything is removed on its word (see statedb); bbolt locks the
@@ -170,7 +170,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	closers = append(closers, func() { removeSocket(log, cfg.AdminSocket) })
 	cps := &cpHolder{}
-	metricsH := metrics.Handler(metricsSources(g, cps), g.calls)
+	metricsH := metrics.Handler(metricsSources(g, cps), calls)
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", metricsH)
 	admin.Handle("/", adminapi.NewServer(adminBackend{g, cps}, g.Ready, log))
@@ -191,7 +191,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	// and removes its provable leftovers.
 	drv, vnis, release, err := buildDriver(cfg, deps, db, log)
 	if err != nil {
-		g.fail(err)
+		g.Fail(err)
 		return stopServers(log, g, deps, err, servers...)
 	}
 	closers = append(closers, release)
@@ -212,7 +212,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		close(vniDone)
 		log.Info("no Docker socket: VNI allocations known only from this host's own state")
 	}
-	g.setDriver(drv)
+	g.SetDriver(drv)
 	log.Info("overlay plugin ready")
 
 	// 5. The control plane, once this host's address is settled (Docker
@@ -352,10 +352,10 @@ func startServer(l net.Listener, h http.Handler, errs chan<- error, name string,
 
 // stopServers closes the listeners, lets requests finish for
 // deps.httpGrace, then waits for every driver call still under way (the
-// guard's count, which outlives forcibly closed connections). It returns
+// gate's count, which outlives forcibly closed connections). It returns
 // cause.
-func stopServers(log *slog.Logger, g *guard, deps serveDeps, cause error, servers ...*http.Server) error {
-	g.stop()
+func stopServers(log *slog.Logger, g *gate, deps serveDeps, cause error, servers ...*http.Server) error {
+	g.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), deps.httpGrace)
 	defer cancel()
 	// In parallel, so that every listener closes at once.
@@ -369,10 +369,10 @@ func stopServers(log *slog.Logger, g *guard, deps serveDeps, cause error, server
 		})
 	}
 	wg.Wait()
-	if n := g.inFlight(); n > 0 {
+	if n := g.InFlight(); n > 0 {
 		log.Info("waiting for driver calls under way", "count", n)
 	}
-	g.drain()
+	g.Drain()
 	return cause
 }
 

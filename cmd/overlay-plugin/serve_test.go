@@ -23,6 +23,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/pluginapi/pluginapitest"
 	"github.com/overlay-plugin/overlay-plugin/servicelb/fakelb"
 	"github.com/overlay-plugin/overlay-plugin/statedb"
 )
@@ -129,10 +130,10 @@ func unixClient(path string) *http.Client {
 
 // goPost posts in the background; the answer arrives on the channel (an
 // empty reply if the request failed, which is reported).
-func goPost(t *testing.T, c *http.Client, base, path string, body any) <-chan reply {
-	ch := make(chan reply, 1)
+func goPost(t *testing.T, c *http.Client, base, path string, body any) <-chan pluginapitest.Reply {
+	ch := make(chan pluginapitest.Reply, 1)
 	go func() {
-		r, err := tryPost(c, base, path, body)
+		r, err := pluginapitest.TryPost(c, base, path, body)
 		if err != nil {
 			t.Error(err)
 		}
@@ -157,9 +158,9 @@ func TestServeGracefulShutdown(t *testing.T) {
 		t.Errorf("admin socket mode: %v %v, want 0600", fi.Mode(), err)
 	}
 
-	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24")).ok(t, "CreateNetwork", nil)
-	post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1",
-		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).ok(t, "CreateEndpoint", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24")).OK(t, "CreateNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1",
+		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).OK(t, "CreateEndpoint", nil)
 
 	// Join builds the sandbox; the fake kernel holds it there until
 	// released, so the call is in flight when the shutdown starts.
@@ -197,9 +198,9 @@ func TestServeGracefulShutdown(t *testing.T) {
 	var join struct {
 		InterfaceName struct{ SrcName, DstPrefix string }
 	}
-	r.ok(t, "Join in flight during shutdown", &join)
+	r.OK(t, "Join in flight during shutdown", &join)
 	if join.InterfaceName.DstPrefix != "eth" {
-		t.Errorf("Join answer %s", r.body)
+		t.Errorf("Join answer %s", r.Body)
 	}
 	var err error
 	select {
@@ -257,12 +258,12 @@ func TestServeWaitsForDriver(t *testing.T) {
 	caps := goPost(t, unixClient(in.cfg.Socket), "http://plugin", "/NetworkDriver.GetCapabilities", nil)
 	select {
 	case r := <-caps:
-		t.Fatalf("GetCapabilities answered before the driver was ready: %d %s", r.status, r.body)
+		t.Fatalf("GetCapabilities answered before the driver was ready: %d %s", r.Status, r.Body)
 	case <-time.After(100 * time.Millisecond):
 	}
 	proceedOnce()
 	var got struct{ Scope, ConnectivityScope string }
-	(<-caps).ok(t, "GetCapabilities", &got)
+	(<-caps).OK(t, "GetCapabilities", &got)
 	if got.Scope != "global" || got.ConnectivityScope != "global" {
 		t.Errorf("GetCapabilities = %+v", got)
 	}
@@ -286,7 +287,7 @@ func TestServeDriverFailure(t *testing.T) {
 	caps := goPost(t, unixClient(in.cfg.Socket), "http://plugin", "/NetworkDriver.GetCapabilities", nil)
 	time.Sleep(50 * time.Millisecond)
 	close(proceed)
-	msg := (<-caps).errMsg(t, "GetCapabilities")
+	msg := (<-caps).ErrMsg(t, "GetCapabilities")
 	if !strings.Contains(msg, "operation not permitted") {
 		t.Errorf("waiting call got %q", msg)
 	}
@@ -324,7 +325,7 @@ func TestServeSecondInstance(t *testing.T) {
 	if !exists(a.cfg.Socket) {
 		t.Fatal("first instance's socket was removed")
 	}
-	post(t, unixClient(a.cfg.Socket), "http://plugin", "/NetworkDriver.GetCapabilities", nil).ok(t, "first instance", nil)
+	pluginapitest.Post(t, unixClient(a.cfg.Socket), "http://plugin", "/NetworkDriver.GetCapabilities", nil).OK(t, "first instance", nil)
 
 	// A stale socket file (nobody listening) is replaced.
 	cfg = testConfig(t)
@@ -363,7 +364,7 @@ func TestServeSecondInstance(t *testing.T) {
 func TestCLIAgainstServe(t *testing.T) {
 	in := startReady(t)
 	c := unixClient(in.cfg.Socket)
-	post(t, c, "http://plugin", "/NetworkDriver.CreateNetwork", createReq("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24", "2001:db8::/64")).ok(t, "CreateNetwork", nil)
+	pluginapitest.Post(t, c, "http://plugin", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24", "2001:db8::/64")).OK(t, "CreateNetwork", nil)
 	env := envOf(map[string]string{"OVERLAY_STATE_DIR": in.cfg.StateDir})
 
 	cli := func(args ...string) (int, string, string) {
@@ -428,8 +429,8 @@ func TestServeMetrics(t *testing.T) {
 	in := start(t, cfg, testDeps(k))
 	in.waitHealthy(t)
 	plugin := unixClient(cfg.Socket)
-	if r := post(t, plugin, "http://plugin", "/NetworkDriver.GetCapabilities", struct{}{}); r.status != 200 {
-		t.Fatalf("GetCapabilities: %d %s", r.status, r.body)
+	if r := pluginapitest.Post(t, plugin, "http://plugin", "/NetworkDriver.GetCapabilities", struct{}{}); r.Status != 200 {
+		t.Fatalf("GetCapabilities: %d %s", r.Status, r.Body)
 	}
 	get := func(c *http.Client, url string) string {
 		t.Helper()

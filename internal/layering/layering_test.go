@@ -23,6 +23,8 @@ var rules = map[string][]string{
 	// xfrm's implementations serve the manager and know nothing above it.
 	"encryption/netlinkxfrm": {"driver", "cluster", "firewall", "kernel"},
 	"encryption/fakexfrm":    {"driver", "cluster", "firewall", "kernel"},
+	// Docker's protocol over any driver: it knows no part of this one.
+	"pluginapi": {"driver", "cluster", "encryption", "kernel", "firewall", "adminapi", "metrics"},
 	// The namespace primitive is a leaf every kernel-facing package uses.
 	"internal/nsthread": {"encryption", "driver", "cluster", "kernel", "firewall", "servicelb"},
 	// Fakes and test harnesses never ship in the binary.

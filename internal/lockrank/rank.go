@@ -27,7 +27,7 @@ type (
 	XFRM         struct{}
 	Firewall     struct{}
 	ServiceWatch struct{}
-	Guard        struct{}
+	Gate         struct{}
 )
 
 func (Network) Rank() Rank      { return 1 }
@@ -46,13 +46,13 @@ func (EventQueue) Rank() Rank   { return 13 }
 func (XFRM) Rank() Rank         { return 14 }
 func (Firewall) Rank() Rank     { return 15 }
 func (ServiceWatch) Rank() Rank { return 16 }
-func (Guard) Rank() Rank        { return 17 }
+func (Gate) Rank() Rank         { return 17 }
 
 // Classes lists every class in rank order (the documentation's table is
 // checked against it).
 var Classes = []Class{Network{}, Encryption{}, Publisher{}, Cluster{}, RateLog{}, Driver{}, LBSandboxes{},
 	Refusals{}, GroupCommit{}, SandboxCache{}, Pipeline{}, Echoes{}, EventQueue{}, XFRM{}, Firewall{},
-	ServiceWatch{}, Guard{}}
+	ServiceWatch{}, Gate{}}
 
 // Name is a class's name, as the documentation's table writes it.
 func Name(c Class) string {

@@ -1,4 +1,4 @@
-package main
+package pluginapi_test
 
 import (
 	"encoding/json"
@@ -18,61 +18,45 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
+	"github.com/overlay-plugin/overlay-plugin/pluginapi"
+	"github.com/overlay-plugin/overlay-plugin/pluginapi/pluginapitest"
 )
 
-// pluginServer serves Docker's API for td the way serve does: guard,
-// go-plugins-helpers' handler, and the error-normalising front.
-func pluginServer(t *testing.T, td testDriver) (*httptest.Server, *guard) {
+// pluginServer serves Docker's API for td the way serve does: the
+// handler over a gate over the driver.
+func pluginServer(t *testing.T, td testDriver) *httptest.Server {
 	t.Helper()
 	log := testLogger(t)
-	g := newGuard(log, time.Second)
-	g.setDriver(td.drv)
-	p := newPluginAPI(g, log)
-	srv := httptest.NewServer(p)
-	t.Cleanup(func() {
-		srv.Close()
-		p.Close()
-	})
-	return srv, g
-}
-
-const genericKey = "com.docker.network.generic"
-
-func createReq(nid string, opts map[string]string, pools ...string) map[string]any {
-	generic := map[string]any{}
-	for k, v := range opts {
-		generic[k] = v
-	}
-	var v4 []map[string]any
-	for _, p := range pools {
-		v4 = append(v4, map[string]any{"AddressSpace": "GlobalDefault", "Pool": p, "Gateway": ""})
-	}
-	return map[string]any{"NetworkID": nid, "Options": map[string]any{genericKey: generic,
-		"com.docker.network.enable_ipv6": false}, "IPv4Data": v4, "IPv6Data": nil}
+	g := pluginapi.NewGate[*driver.Driver](log, time.Second, metrics.NewCalls())
+	g.SetDriver(td.drv)
+	srv := httptest.NewServer(pluginapi.NewHandler(g, log))
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 func TestPluginAPIHappyPath(t *testing.T) {
 	td := newTestDriver(t)
-	srv, _ := pluginServer(t, td)
+	srv := pluginServer(t, td)
 	c, u := srv.Client(), srv.URL
 
 	var caps map[string]any
-	post(t, c, u, "/NetworkDriver.GetCapabilities", nil).ok(t, "GetCapabilities", &caps)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.GetCapabilities", nil).OK(t, "GetCapabilities", &caps)
 	if want := map[string]any{"Scope": "global", "ConnectivityScope": "global"}; !reflect.DeepEqual(caps, want) {
 		t.Errorf("GetCapabilities = %v, want %v", caps, want)
 	}
 	// Legacy activation still answers the manifest.
-	if r := post(t, c, u, "/Plugin.Activate", nil); r.status != 200 || !strings.Contains(string(r.body), "NetworkDriver") {
-		t.Errorf("Plugin.Activate: %d %s", r.status, r.body)
+	if r := pluginapitest.Post(t, c, u, "/Plugin.Activate", nil); r.Status != 200 || !strings.Contains(string(r.Body), "NetworkDriver") {
+		t.Errorf("Plugin.Activate: %d %s", r.Status, r.Body)
 	}
 
 	// AllocateNetwork, on the leader: the user's options come back with a VNI.
 	const nid = "r2x8b6ng4cr1q0j6q9ypkqvun" // swarm's base-36 form
 	user := map[string]string{"com.docker.network.driver.mtu": "1400", "com.docker.network.something": "x"}
 	var alloc api.AllocateNetworkResponse
-	post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": nid, "Options": user,
-		"IPv4Data": []map[string]any{{"Pool": "203.0.113.0/24"}}, "IPv6Data": nil}).ok(t, "AllocateNetwork", &alloc)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": nid, "Options": user,
+		"IPv4Data": []map[string]any{{"Pool": "203.0.113.0/24"}}, "IPv6Data": nil}).OK(t, "AllocateNetwork", &alloc)
 	want := maps.Clone(user)
 	want["vxlanid_list"] = "256"
 	if !reflect.DeepEqual(alloc.Options, want) {
@@ -80,7 +64,7 @@ func TestPluginAPIHappyPath(t *testing.T) {
 	}
 	// A new leader calls again with what was returned: same answer.
 	var again api.AllocateNetworkResponse
-	post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": nid, "Options": alloc.Options}).ok(t, "AllocateNetwork again", &again)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": nid, "Options": alloc.Options}).OK(t, "AllocateNetwork again", &again)
 	if !reflect.DeepEqual(again.Options, alloc.Options) {
 		t.Errorf("second AllocateNetwork = %v, want %v", again.Options, alloc.Options)
 	}
@@ -89,7 +73,7 @@ func TestPluginAPIHappyPath(t *testing.T) {
 	}
 
 	// On a node: CreateNetwork with the allocated options.
-	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq(nid, alloc.Options, "203.0.113.0/24")).ok(t, "CreateNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork(nid, alloc.Options, "203.0.113.0/24")).OK(t, "CreateNetwork", nil)
 	st := td.drv.State()
 	if len(st) != 1 || st[0].ID != nid || st[0].VNI != 256 || st[0].Sandbox != "" {
 		t.Fatalf("state after CreateNetwork: %+v", st)
@@ -97,8 +81,8 @@ func TestPluginAPIHappyPath(t *testing.T) {
 
 	// CreateEndpoint without a MAC: one is assigned and returned.
 	var ep1 api.CreateEndpointResponse
-	post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep1",
-		"Interface": map[string]any{"Address": "203.0.113.2/24"}, "Options": map[string]any{}}).ok(t, "CreateEndpoint ep1", &ep1)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep1",
+		"Interface": map[string]any{"Address": "203.0.113.2/24"}, "Options": map[string]any{}}).OK(t, "CreateEndpoint ep1", &ep1)
 	if ep1.Interface == nil || ep1.Interface.MacAddress == "" {
 		t.Fatalf("CreateEndpoint without MAC returned %+v, want a MAC", ep1.Interface)
 	}
@@ -110,24 +94,24 @@ func TestPluginAPIHappyPath(t *testing.T) {
 		t.Errorf("CreateEndpoint echoed addresses: %+v", ep1.Interface)
 	}
 	// With a MAC: nothing is returned (Docker rejects an echo).
-	r := post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep2",
+	r := pluginapitest.Post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep2",
 		"Interface": map[string]any{"Address": "203.0.113.3/24", "MacAddress": "02:42:cb:00:71:03"}})
 	var ep2 api.CreateEndpointResponse
-	r.ok(t, "CreateEndpoint ep2", &ep2)
+	r.OK(t, "CreateEndpoint ep2", &ep2)
 	if ep2.Interface != nil {
-		t.Errorf("CreateEndpoint with a MAC returned %s, want no Interface", r.body)
+		t.Errorf("CreateEndpoint with a MAC returned %s, want no Interface", r.Body)
 	}
 
 	var info api.InfoResponse
-	post(t, c, u, "/NetworkDriver.EndpointOperInfo", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "EndpointOperInfo", &info)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.EndpointOperInfo", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).OK(t, "EndpointOperInfo", &info)
 	if info.Value["mac"] != ep1.Interface.MacAddress || info.Value["vni"] != "256" {
 		t.Errorf("EndpointOperInfo = %v", info.Value)
 	}
 
 	// Join: the sandbox is built, the host end of a veth handed over.
 	var join api.JoinResponse
-	post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "ep1",
-		"SandboxKey": "/var/run/docker/netns/abc", "Options": map[string]any{}}).ok(t, "Join", &join)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "ep1",
+		"SandboxKey": "/var/run/docker/netns/abc", "Options": map[string]any{}}).OK(t, "Join", &join)
 	if join.InterfaceName.SrcName == "" || join.InterfaceName.DstPrefix != "eth" {
 		t.Errorf("Join interface = %+v, want a SrcName and DstPrefix eth", join.InterfaceName)
 	}
@@ -141,25 +125,25 @@ func TestPluginAPIHappyPath(t *testing.T) {
 			t.Errorf("veth %+v, want host end %s with MAC %s", v, join.InterfaceName.SrcName, mac)
 		}
 	}
-	post(t, c, u, "/NetworkDriver.ProgramExternalConnectivity", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "ProgramExternalConnectivity", nil)
-	post(t, c, u, "/NetworkDriver.RevokeExternalConnectivity", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "RevokeExternalConnectivity", nil)
-	post(t, c, u, "/NetworkDriver.DiscoverNew", map[string]any{"DiscoveryType": 1,
-		"DiscoveryData": map[string]any{"Address": "198.51.100.7", "BindAddress": "", "Self": false}}).ok(t, "DiscoverNew", nil)
-	post(t, c, u, "/NetworkDriver.DiscoverDelete", map[string]any{"DiscoveryType": 1,
-		"DiscoveryData": map[string]any{"Address": "198.51.100.7", "BindAddress": "", "Self": false}}).ok(t, "DiscoverDelete", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.ProgramExternalConnectivity", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).OK(t, "ProgramExternalConnectivity", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.RevokeExternalConnectivity", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).OK(t, "RevokeExternalConnectivity", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.DiscoverNew", map[string]any{"DiscoveryType": 1,
+		"DiscoveryData": map[string]any{"Address": "198.51.100.7", "BindAddress": "", "Self": false}}).OK(t, "DiscoverNew", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.DiscoverDelete", map[string]any{"DiscoveryType": 1,
+		"DiscoveryData": map[string]any{"Address": "198.51.100.7", "BindAddress": "", "Self": false}}).OK(t, "DiscoverDelete", nil)
 
 	// Teardown in Docker's order.
-	post(t, c, u, "/NetworkDriver.Leave", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "Leave", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.Leave", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).OK(t, "Leave", nil)
 	if snap := td.kernel.Snapshot(); len(snap) != 0 {
 		t.Errorf("sandbox left after the last Leave: %v", snap)
 	}
-	post(t, c, u, "/NetworkDriver.DeleteEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).ok(t, "DeleteEndpoint ep1", nil)
-	post(t, c, u, "/NetworkDriver.DeleteEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep2"}).ok(t, "DeleteEndpoint ep2", nil)
-	post(t, c, u, "/NetworkDriver.DeleteNetwork", map[string]any{"NetworkID": nid}).ok(t, "DeleteNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.DeleteEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep1"}).OK(t, "DeleteEndpoint ep1", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.DeleteEndpoint", map[string]any{"NetworkID": nid, "EndpointID": "ep2"}).OK(t, "DeleteEndpoint ep2", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.DeleteNetwork", map[string]any{"NetworkID": nid}).OK(t, "DeleteNetwork", nil)
 	if st := td.drv.State(); len(st) != 0 {
 		t.Errorf("state after DeleteNetwork: %+v", st)
 	}
-	post(t, c, u, "/NetworkDriver.FreeNetwork", map[string]any{"NetworkID": nid}).ok(t, "FreeNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.FreeNetwork", map[string]any{"NetworkID": nid}).OK(t, "FreeNetwork", nil)
 	if _, ok := td.vnis.Lookup(nid); ok {
 		t.Errorf("VNI still held after FreeNetwork")
 	}
@@ -167,24 +151,24 @@ func TestPluginAPIHappyPath(t *testing.T) {
 
 func TestPluginAPIBadInput(t *testing.T) {
 	td := newTestDriver(t)
-	srv, _ := pluginServer(t, td)
+	srv := pluginServer(t, td)
 	c, u := srv.Client(), srv.URL
 
 	// Something to leave untouched: a network with a joined endpoint, an
 	// unjoined one, and a remote peer; and a second network.
 	const nid, other = "net1", "net2"
-	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq(nid, map[string]string{"vxlanid_list": "300"}, "203.0.113.0/25")).ok(t, "CreateNetwork", nil)
-	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq(other, map[string]string{"vxlanid_list": "301"}, "203.0.113.128/25")).ok(t, "CreateNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork(nid, map[string]string{"vxlanid_list": "300"}, "203.0.113.0/25")).OK(t, "CreateNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork(other, map[string]string{"vxlanid_list": "301"}, "203.0.113.128/25")).OK(t, "CreateNetwork", nil)
 	for _, ep := range []struct{ id, addr string }{{"ep1", "203.0.113.2/25"}, {"ep2", "203.0.113.3/25"}} {
-		post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": ep.id,
-			"Interface": map[string]any{"Address": ep.addr}}).ok(t, "CreateEndpoint", nil)
+		pluginapitest.Post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": nid, "EndpointID": ep.id,
+			"Interface": map[string]any{"Address": ep.addr}}).OK(t, "CreateEndpoint", nil)
 	}
-	post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "ep1", "SandboxKey": "/x"}).ok(t, "Join", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": nid, "EndpointID": "ep1", "SandboxKey": "/x"}).OK(t, "Join", nil)
 	if err := td.drv.AddPeer(nid, peerdb.Peer{EndpointID: "remote1", IPs: []netip.Addr{netip.MustParseAddr("203.0.113.9")},
 		MAC: hwaddr.MAC{2, 0x42, 0, 0, 0, 9}, VTEP: netip.MustParseAddr("198.51.100.2")}); err != nil {
 		t.Fatal(err)
 	}
-	post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": "alloc1", "Options": map[string]string{}}).ok(t, "AllocateNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.AllocateNetwork", map[string]any{"NetworkID": "alloc1", "Options": map[string]string{}}).OK(t, "AllocateNetwork", nil)
 
 	before := td.drv.State()
 	kernelBefore := td.kernel.Snapshot()
@@ -214,11 +198,11 @@ func TestPluginAPIBadInput(t *testing.T) {
 		{"unknown call", "/NetworkDriver.Frobnicate", `{}`, "not a call of the network driver API", 404},
 		{"trailing data", "/NetworkDriver.CreateNetwork", `{"NetworkID": "x"} {"NetworkID": "y"}`, "trailing data after the JSON request", 400},
 		{"trailing garbage", "/NetworkDriver.DeleteNetwork", `{"NetworkID": "x"}garbage`, "trailing data", 400},
-		{"oversize body", "/NetworkDriver.CreateNetwork", `{"NetworkID":"` + strings.Repeat("a", maxPluginBody) + `"}`, "larger than", 413},
+		{"oversize body", "/NetworkDriver.CreateNetwork", `{"NetworkID":"` + strings.Repeat("a", pluginapi.MaxBody) + `"}`, "larger than", 413},
 
 		// Missing or bad ids.
 		{"CreateNetwork no id", "/NetworkDriver.CreateNetwork", `{}`, "empty network id", 0},
-		{"CreateNetwork bad id", "/NetworkDriver.CreateNetwork", createReq("../etc", map[string]string{"vxlanid_list": "400"}, "198.18.0.0/24"), "character other than a letter or digit", 0},
+		{"CreateNetwork bad id", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("../etc", map[string]string{"vxlanid_list": "400"}, "198.18.0.0/24"), "character other than a letter or digit", 0},
 		{"CreateEndpoint no id", "/NetworkDriver.CreateEndpoint", createEP(nid, "", map[string]any{"Address": "203.0.113.4/25"}), "empty endpoint id", 0},
 		{"Join no ids", "/NetworkDriver.Join", `{}`, "empty endpoint id", 0},
 		{"Leave no ids", "/NetworkDriver.Leave", `{}`, "empty endpoint id", 0},
@@ -246,16 +230,16 @@ func TestPluginAPIBadInput(t *testing.T) {
 		{"AllocateNetwork bad MTU", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"com.docker.network.driver.mtu": "100"}), "want an MTU between 1280 and 65535", 0},
 		{"AllocateNetwork VNI taken", "/NetworkDriver.AllocateNetwork", alloc("alloc2", map[string]string{"vxlanid_list": "256"}), "VNI 256 is already used by network alloc1", 0},
 		// ...and on a node.
-		{"CreateNetwork without vxlanid_list", "/NetworkDriver.CreateNetwork", createReq("net3", nil, "198.18.0.0/24"), "has no vxlanid_list option", 0},
-		{"CreateNetwork unknown option", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400", "colour": "blue"}, "198.18.0.0/24"), `unknown network option "colour"`, 0},
-		{"CreateNetwork VNI 0", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "0"}, "198.18.0.0/24"), "a VNI is between 1 and 16777215", 0},
-		{"CreateNetwork VNI list", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "1,2"}, "198.18.0.0/24"), "give exactly one", 0},
-		{"CreateNetwork encrypted", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400", "encrypted": ""}, "198.18.0.0/24"), "--secret-file", 0},
-		{"CreateNetwork generic not an object", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{genericKey: "vxlanid_list=5"}}, "want an object of strings", 0},
-		{"CreateNetwork option not a string", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{genericKey: map[string]any{"vxlanid_list": 400}}}, "want a string", 0},
-		{"CreateNetwork bad pool", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "400"}, "203.0.113.0"), `IPAM pool "203.0.113.0"`, 0},
-		{"CreateNetwork exists", "/NetworkDriver.CreateNetwork", createReq(nid, map[string]string{"vxlanid_list": "300"}, "203.0.113.0/25"), "network net1 exists already", 0},
-		{"CreateNetwork VNI in use", "/NetworkDriver.CreateNetwork", createReq("net3", map[string]string{"vxlanid_list": "300"}, "198.18.0.0/24"), "VNI 300 is used by network net1", 0},
+		{"CreateNetwork without vxlanid_list", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net3", nil, "198.18.0.0/24"), "has no vxlanid_list option", 0},
+		{"CreateNetwork unknown option", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net3", map[string]string{"vxlanid_list": "400", "colour": "blue"}, "198.18.0.0/24"), `unknown network option "colour"`, 0},
+		{"CreateNetwork VNI 0", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net3", map[string]string{"vxlanid_list": "0"}, "198.18.0.0/24"), "a VNI is between 1 and 16777215", 0},
+		{"CreateNetwork VNI list", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net3", map[string]string{"vxlanid_list": "1,2"}, "198.18.0.0/24"), "give exactly one", 0},
+		{"CreateNetwork encrypted", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net3", map[string]string{"vxlanid_list": "400", "encrypted": ""}, "198.18.0.0/24"), "--secret-file", 0},
+		{"CreateNetwork generic not an object", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{pluginapitest.GenericKey: "vxlanid_list=5"}}, "want an object of strings", 0},
+		{"CreateNetwork option not a string", "/NetworkDriver.CreateNetwork", map[string]any{"NetworkID": "net3", "Options": map[string]any{pluginapitest.GenericKey: map[string]any{"vxlanid_list": 400}}}, "want a string", 0},
+		{"CreateNetwork bad pool", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net3", map[string]string{"vxlanid_list": "400"}, "203.0.113.0"), `IPAM pool "203.0.113.0"`, 0},
+		{"CreateNetwork exists", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork(nid, map[string]string{"vxlanid_list": "300"}, "203.0.113.0/25"), "network net1 exists already", 0},
+		{"CreateNetwork VNI in use", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net3", map[string]string{"vxlanid_list": "300"}, "198.18.0.0/24"), "VNI 300 is used by network net1", 0},
 
 		// Bad endpoints.
 		{"CreateEndpoint no Interface", "/NetworkDriver.CreateEndpoint", createEP(nid, "ep9", nil), "no Interface", 0},
@@ -277,14 +261,14 @@ func TestPluginAPIBadInput(t *testing.T) {
 	}
 	for _, c2 := range cases {
 		t.Run(c2.name, func(t *testing.T) {
-			r := post(t, c, u, c2.path, c2.body)
-			msg := r.errMsg(t, c2.path)
+			r := pluginapitest.Post(t, c, u, c2.path, c2.body)
+			msg := r.ErrMsg(t, c2.path)
 			want := c2.status
 			if want == 0 {
 				want = http.StatusInternalServerError
 			}
-			if r.status != want {
-				t.Errorf("HTTP %d, want %d (%s)", r.status, want, msg)
+			if r.Status != want {
+				t.Errorf("HTTP %d, want %d (%s)", r.Status, want, msg)
 			}
 			if !strings.Contains(msg, c2.want) {
 				t.Errorf("message %q does not say %q", msg, c2.want)
@@ -317,11 +301,11 @@ func served(st []driver.NetworkState) []driver.NetworkState {
 // driver is left as it was.
 func TestPluginAPIKernelFailure(t *testing.T) {
 	td := newTestDriver(t)
-	srv, _ := pluginServer(t, td)
+	srv := pluginServer(t, td)
 	c, u := srv.Client(), srv.URL
-	post(t, c, u, "/NetworkDriver.CreateNetwork", createReq("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24")).ok(t, "CreateNetwork", nil)
-	post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1",
-		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).ok(t, "CreateEndpoint", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("n1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24")).OK(t, "CreateNetwork", nil)
+	pluginapitest.Post(t, c, u, "/NetworkDriver.CreateEndpoint", map[string]any{"NetworkID": "n1", "EndpointID": "e1",
+		"Interface": map[string]any{"Address": "203.0.113.2/24"}}).OK(t, "CreateEndpoint", nil)
 	before := td.drv.State()
 	td.kernel.SetFault(func(op fakekernel.Op, _ string) error {
 		if op == fakekernel.OpAddVeth {
@@ -329,7 +313,7 @@ func TestPluginAPIKernelFailure(t *testing.T) {
 		}
 		return nil
 	})
-	msg := post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": "n1", "EndpointID": "e1", "SandboxKey": "/x"}).errMsg(t, "Join")
+	msg := pluginapitest.Post(t, c, u, "/NetworkDriver.Join", map[string]any{"NetworkID": "n1", "EndpointID": "e1", "SandboxKey": "/x"}).ErrMsg(t, "Join")
 	if !strings.Contains(msg, "injected: no space left on device") {
 		t.Errorf("message %q", msg)
 	}
@@ -350,30 +334,28 @@ func TestPluginAPIKernelFailure(t *testing.T) {
 }
 
 // A panic in the driver is an error answer, not a dead plugin.
-func TestGuardRecoversPanic(t *testing.T) {
-	g := newGuard(testLogger(t), time.Second)
-	g.setDriver(panicky{})
-	p := newPluginAPI(g, testLogger(t))
-	srv := httptest.NewServer(p)
-	defer p.Close()
+func TestGateRecoversPanic(t *testing.T) {
+	g := pluginapi.NewGate[api.Driver](testLogger(t), time.Second, metrics.NewCalls())
+	g.SetDriver(panicky{})
+	srv := httptest.NewServer(pluginapi.NewHandler(g, testLogger(t)))
 	defer srv.Close()
-	msg := post(t, srv.Client(), srv.URL, "/NetworkDriver.GetCapabilities", nil).errMsg(t, "GetCapabilities")
+	msg := pluginapitest.Post(t, srv.Client(), srv.URL, "/NetworkDriver.GetCapabilities", nil).ErrMsg(t, "GetCapabilities")
 	if !strings.Contains(msg, "internal error") {
 		t.Errorf("message %q", msg)
 	}
-	if n := g.inFlight(); n != 0 {
+	if n := g.InFlight(); n != 0 {
 		t.Errorf("%d calls still counted in flight", n)
 	}
 }
 
-type panicky struct{ backend }
+type panicky struct{ api.Driver }
 
 func (panicky) GetCapabilities() (*api.CapabilitiesResponse, error) { panic("boom") }
 
 // Every call of Docker's plugin API is a POST; anything else is refused
 // with a clear {"Err"} rather than handed to the driver.
 func TestPluginAPIRefusesOtherMethods(t *testing.T) {
-	srv, _ := pluginServer(t, newTestDriver(t))
+	srv := pluginServer(t, newTestDriver(t))
 	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
 		req, err := http.NewRequest(m, srv.URL+"/NetworkDriver.GetCapabilities", nil)
 		if err != nil {
