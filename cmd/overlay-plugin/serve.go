@@ -258,7 +258,9 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		retErr = err
 	case err := <-cpErr:
 		cpDone = true
-		if err != nil {
+		// A start that ended with ctx is the stop, not a failure; ctx's
+		// case below takes it (both may be ready when select looks).
+		if err != nil && !errors.Is(err, context.Canceled) {
 			retErr = fmt.Errorf("control plane: %w", err)
 			break
 		}

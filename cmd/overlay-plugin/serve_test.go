@@ -360,6 +360,22 @@ func TestServeSecondInstance(t *testing.T) {
 	}
 }
 
+// A stop that comes while the control plane is still starting is a clean
+// stop, not a control plane failure: the start ends with ctx, as the stop
+// does. (TestServeSecondInstance failed once under load on this race: the
+// instance stopped at once after its first health check.)
+func TestServeStopDuringControlPlaneStart(t *testing.T) {
+	for i := range 30 {
+		deps := testDeps(fakekernel.New())
+		deps.advertiseWait = time.Hour // the start waits for ctx
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := serve(ctx, testConfig(t), deps, testLogger(t)); err != nil {
+			t.Fatalf("run %d: serve stopped before its control plane started: %v", i, err)
+		}
+	}
+}
+
 // The client subcommands against a running instance.
 func TestCLIAgainstServe(t *testing.T) {
 	in := startReady(t)
