@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
 )
 
 // Defaults of the serve settings.
@@ -325,25 +326,9 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 		}
 	}
 	for _, p := range []struct{ name, v string }{{"--socket", cfg.Socket}, {"--admin-socket", cfg.AdminSocket}} {
-		if err := checkSocketPath(p.v); err != nil {
+		if err := unixsock.CheckPath(p.v); err != nil {
 			return cfg, usagef("serve: %s: %v", p.name, err)
 		}
 	}
 	return cfg, nil
-}
-
-// maxSocketPath is the longest path a unix socket address holds (sun_path
-// is 108 bytes with the terminating NUL), less what listenPrivately adds
-// to bind it first in a private directory beside it (privateSocketDir:
-// ".s", up to 10 digits, "/s").
-const maxSocketPath = 107 - 14
-
-// privateSocketDir is the pattern of listenPrivately's directory.
-const privateSocketDir = ".s"
-
-func checkSocketPath(p string) error {
-	if len(p) > maxSocketPath {
-		return fmt.Errorf("socket path %q is %d bytes; at most %d here (unix sockets hold 107, and the socket is bound in a private directory beside it first)", p, len(p), maxSocketPath)
-	}
-	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/signal"
 	"path/filepath"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/internal/hostdir"
+	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi"
@@ -133,11 +133,11 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}()
 
 	// 1. The plugin socket, served at once.
-	pl, err := listenUnix(cfg.Socket, 0o755, 0o660)
+	pl, err := unixsock.Listen(cfg.Socket, 0o755, 0o660)
 	if err != nil {
 		return fmt.Errorf("plugin socket: %w", err)
 	}
-	closers = append(closers, func() { removeSocket(log, cfg.Socket) })
+	closers = append(closers, func() { unixsock.Remove(log, cfg.Socket) })
 	serverErrs := make(chan error, 3)
 	pluginSrv := startServer(pl, pluginapi.NewHandler(g, log), serverErrs, "plugin API", deps.readTimeout)
 
@@ -164,11 +164,11 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	})
 
 	// 3. The admin socket: /healthz says 503 until the driver is ready.
-	al, err := listenUnix(cfg.AdminSocket, 0o700, 0o600)
+	al, err := unixsock.Listen(cfg.AdminSocket, 0o700, 0o600)
 	if err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("admin socket: %w", err), pluginSrv)
 	}
-	closers = append(closers, func() { removeSocket(log, cfg.AdminSocket) })
+	closers = append(closers, func() { unixsock.Remove(log, cfg.AdminSocket) })
 	cps := &cpHolder{}
 	metricsH := metrics.Handler(metricsSources(g, cps), calls)
 	admin := http.NewServeMux()
@@ -196,17 +196,17 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	closers = append(closers, release)
 	// The VNIs a lost state held, from the engine, before any is handed
-	// out (vnirecovery.go).
+	// out (vni/engine.go).
 	vniCtx, stopVNIs := context.WithCancel(ctx)
 	defer stopVNIs()
 	vniDone := make(chan struct{})
 	if cfg.DockerSocket != "" {
-		releaseVNIs := vnis.Hold(vniHoldWait)
+		releaseVNIs := vnis.Hold(vni.HoldWait)
 		engine := dockerengine.New(cfg.DockerSocket)
 		go func() {
 			defer close(vniDone)
 			defer engine.Close()
-			recoverVNIs(vniCtx, engine, vnis, releaseVNIs, log)
+			vnis.RecoverFromEngine(vniCtx, engine, driver.OptVNI, releaseVNIs, log)
 		}()
 	} else {
 		close(vniDone)
@@ -376,81 +376,4 @@ func stopServers(log *slog.Logger, g *gate, deps serveDeps, cause error, servers
 	}
 	g.Drain()
 	return cause
-}
-
-// listenUnix listens on a unix socket at path, creating its directory with
-// dirMode and giving the socket mode. A socket file nobody serves is
-// removed first; a live one (another instance) is an error, as is a file
-// that is not a socket.
-func listenUnix(path string, dirMode, mode os.FileMode) (net.Listener, error) {
-	if err := checkSocketPath(path); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
-		return nil, err
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("%s exists and is not a socket; not removing it", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%s is in use: another process (another overlay-plugin instance?) serves on it", path)
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("remove stale socket: %w", err)
-		}
-	}
-	return listenPrivately(path, mode)
-}
-
-// listenPrivately binds the socket in a new 0700 directory beside path,
-// gives it mode, then renames it into place: a socket bound at path
-// itself exists with the process umask's mode until a chmod, and a client
-// that connects in that window (umask 000) keeps its connection.
-func listenPrivately(path string, mode os.FileMode) (net.Listener, error) {
-	dir, err := os.MkdirTemp(filepath.Dir(path), privateSocketDir)
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	tmp := filepath.Join(dir, "s")
-	l, err := net.Listen("unix", tmp)
-	if err != nil {
-		return nil, err
-	}
-	ul := l.(*net.UnixListener)
-	ul.SetUnlinkOnClose(false) // it would unlink tmp, not path
-	if err := os.Chmod(tmp, mode); err != nil {
-		l.Close()
-		return nil, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		l.Close()
-		return nil, err
-	}
-	return movedListener{ul, path}, nil
-}
-
-// movedListener removes its socket file when closed, as a unix listener
-// bound at the path would: new connections are refused from then on.
-type movedListener struct {
-	*net.UnixListener
-	path string
-}
-
-func (l movedListener) Close() error {
-	err := l.UnixListener.Close()
-	if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
-		err = rerr
-	}
-	return err
-}
-
-// removeSocket removes a socket file of ours. Closing its listener
-// usually has removed it already.
-func removeSocket(log *slog.Logger, path string) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		log.Warn("remove socket", "path", path, "err", err)
-	}
 }

@@ -27,6 +27,8 @@ var rules = map[string][]string{
 	"pluginapi": {"driver", "cluster", "encryption", "kernel", "firewall", "adminapi", "metrics"},
 	// The namespace primitive is a leaf every kernel-facing package uses.
 	"internal/nsthread": {"encryption", "driver", "cluster", "kernel", "firewall", "servicelb"},
+	// Socket plumbing knows nothing of what is served on it.
+	"internal/unixsock": {"driver", "cluster", "encryption", "kernel", "pluginapi", "adminapi"},
 	// Fakes and test harnesses never ship in the binary.
 	"cmd/overlay-plugin": {"kernel/fakekernel", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb",
 		"internal/testns", "internal/testbed"},

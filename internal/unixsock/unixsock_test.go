@@ -1,4 +1,4 @@
-package main
+package unixsock
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // umask. Bound at the path itself it existed with the umask's mode (0777
 // under umask 000) until a chmod, and a client that connected in that
 // window kept its connection to the admin API.
-func TestListenUnixHasNoWindow(t *testing.T) {
+func TestListenHasNoWindow(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 	dir := t.TempDir()
@@ -35,7 +35,7 @@ func TestListenUnixHasNoWindow(t *testing.T) {
 				}
 			}
 		}()
-		l, err := listenUnix(path, 0o700, 0o600)
+		l, err := Listen(path, 0o700, 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func TestListenUnixHasNoWindow(t *testing.T) {
 		}
 		l.Close()
 	}
-	if left, _ := filepath.Glob(filepath.Join(dir, privateSocketDir+"*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(dir, privateDir+"*")); len(left) > 0 {
 		t.Errorf("private directories left behind: %v", left)
 	}
 	t.Logf("the observer saw %d of 300 sockets appear, each with its final mode", seenAny)
