@@ -72,8 +72,11 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 		name = host + "-" + addr.String()
 	}
 	cp := &controlPlane{release: func() {}, stopRun: func() {}}
-	var enc atomic.Pointer[encryption.Manager]
 	pub := encryption.NewPublisher(encryption.KeyStore{DB: db}, addr, log)
+	// With a secret, gossip is encrypted and carries the IPsec public keys:
+	// the publisher sends this host's, the manager receives the others'.
+	var gossipKey []byte
+	var nodeData func(netip.Addr, []byte)
 	if secret != nil {
 		resume := encryption.KeyStore{DB: db}.Resume(addr, log)
 		x, fw, release, err := deps.newEncryption(cfg)
@@ -88,32 +91,12 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 			release()
 			return nil, err
 		}
-		enc.Store(cp.enc)
-	}
-	var gossipKey []byte
-	if secret != nil {
-		gossipKey = encryption.Subkey(secret, encryption.UseGossip)
+		gossipKey, nodeData = encryption.Subkey(secret, encryption.UseGossip), cp.enc.ReceiveKeys
 	}
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
 		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: deps.gossipTransport, Sink: drv, Logger: log,
-		NodeData: func(vtep netip.Addr, data []byte) {
-			m := enc.Load()
-			if m == nil {
-				return
-			}
-			var keys []encryption.PublicKey
-			if data != nil {
-				var err error
-				if keys, err = encryption.DecodePublicKeys(data); err != nil {
-					log.Warn("unreadable public keys from a node", "vtep", vtep, "err", err)
-					return
-				}
-			}
-			if err := m.SetPeerKeys(vtep, keys); err != nil {
-				log.Warn("program IPsec for a node's keys", "vtep", vtep, "err", err)
-			}
-		},
+		NodeData: nodeData,
 	})
 	if err != nil {
 		if cp.enc != nil {
