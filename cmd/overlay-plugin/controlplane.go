@@ -18,6 +18,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
+	"github.com/overlay-plugin/overlay-plugin/enginewatch"
 	"github.com/overlay-plugin/overlay-plugin/firewall"
 )
 
@@ -32,7 +33,7 @@ type controlPlane struct {
 	cluster *cluster.Cluster
 	enc     *encryption.Manager
 	// stopRun ends the goroutines below (the key schedule and the keys'
-	// storing, Docker hints); runs counts them.
+	// storing, the swarm's nodes as gossip hints); runs counts them.
 	stopRun context.CancelFunc
 	runs    sync.WaitGroup
 	release func()
@@ -44,8 +45,10 @@ type cpHolder struct{ p atomic.Pointer[controlPlane] }
 func (h *cpHolder) get() *controlPlane { return h.p.Load() }
 
 // startControlPlane settles this host's address and starts gossip and
-// encryption. Without a gossip port it only settles the address.
-func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv *driver.Driver, db *bbolt.DB, log *slog.Logger) (*controlPlane, error) {
+// encryption. Without a gossip port it only settles the address. With an
+// engine (else nil), the swarm's nodes are gossip hints.
+func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv *driver.Driver, db *bbolt.DB, engine *dockerengine.Client,
+	log *slog.Logger) (*controlPlane, error) {
 	addr := cfg.AdvertiseAddr
 	if !addr.IsValid() {
 		var err error
@@ -114,12 +117,9 @@ func startControlPlane(ctx context.Context, cfg serveConfig, deps serveDeps, drv
 		cp.runs.Go(func() { cp.enc.Run(runCtx, time.Second) })
 		cp.runs.Go(func() { pub.Run(runCtx) })
 	}
-	if cfg.DockerSocket != "" {
-		engine := dockerengine.New(cfg.DockerSocket)
-		cp.runs.Go(func() {
-			defer engine.Close()
-			hintFromDocker(runCtx, engine, 30*time.Second, c.NodeHint, log)
-		})
+	if engine != nil {
+		nodes := enginewatch.NewNodes(engine, c.NodeHint, 0, log)
+		cp.runs.Go(func() { nodes.Run(runCtx) })
 	}
 	drv.SetControlPlane(c)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", cp.enc != nil)

@@ -22,13 +22,13 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/enginewatch"
 	"github.com/overlay-plugin/overlay-plugin/internal/hostdir"
 	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
-	"github.com/overlay-plugin/overlay-plugin/servicewatch"
 	"github.com/overlay-plugin/overlay-plugin/statedb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
@@ -61,7 +61,7 @@ type serveDeps struct {
 	// newLoadBalancer programs service VIPs into containers.
 	newLoadBalancer func() driver.LoadBalancer
 	// servicePeriod is how often the engine is asked for the services of
-	// the networks with containers here (0: servicewatch's default).
+	// the networks with containers here (0: enginewatch's default).
 	servicePeriod time.Duration
 }
 
@@ -195,17 +195,22 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		return stopServers(log, g, deps, err, servers...)
 	}
 	closers = append(closers, release)
+	// One client of the engine, if there is one, for what the plugin asks
+	// it: the swarm's VNIs, its services, its nodes.
+	var engine *dockerengine.Client
+	if cfg.DockerSocket != "" {
+		engine = dockerengine.New(cfg.DockerSocket)
+		closers = append(closers, engine.Close)
+	}
 	// The VNIs a lost state held, from the engine, before any is handed
 	// out (vni/engine.go).
 	vniCtx, stopVNIs := context.WithCancel(ctx)
 	defer stopVNIs()
 	vniDone := make(chan struct{})
-	if cfg.DockerSocket != "" {
+	if engine != nil {
 		releaseVNIs := vnis.Hold(vni.HoldWait)
-		engine := dockerengine.New(cfg.DockerSocket)
 		go func() {
 			defer close(vniDone)
-			defer engine.Close()
 			vnis.RecoverFromEngine(vniCtx, engine, driver.OptVNI, releaseVNIs, log)
 		}()
 	} else {
@@ -219,7 +224,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	// names it just after start). Joins wait for it meanwhile.
 	cpErr := make(chan error, 1)
 	go func() {
-		cp, err := startControlPlane(ctx, cfg, deps, drv, db, log)
+		cp, err := startControlPlane(ctx, cfg, deps, drv, db, engine, log)
 		if err == nil {
 			cps.p.Store(cp)
 		}
@@ -237,13 +242,11 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 
 	// 7. Service VIPs: the engine lists each network's services.
 	svcDone := make(chan struct{})
-	if cfg.DockerSocket != "" {
-		engine := dockerengine.New(cfg.DockerSocket)
-		w := servicewatch.New(engine, drv, deps.servicePeriod, log.With("component", "services"))
+	if engine != nil {
+		w := enginewatch.NewServices(engine, drv, deps.servicePeriod, log.With("component", "services"))
 		drv.SetServiceWatch(w.Changed)
 		go func() {
 			defer close(svcDone)
-			defer engine.Close()
 			w.Run(resyncCtx)
 		}()
 	} else {

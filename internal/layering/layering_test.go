@@ -27,6 +27,10 @@ var rules = map[string][]string{
 	"pluginapi": {"driver", "cluster", "encryption", "kernel", "firewall", "adminapi", "metrics"},
 	// The namespace primitive is a leaf every kernel-facing package uses.
 	"internal/nsthread": {"encryption", "driver", "cluster", "kernel", "firewall", "servicelb"},
+	// The engine's client is a leaf; its pollers hand what they learn to
+	// the driver and nothing else.
+	"dockerengine": {"driver", "cluster", "encryption", "kernel", "vni"},
+	"enginewatch":  {"cluster", "encryption", "firewall"},
 	// Socket plumbing knows nothing of what is served on it.
 	"internal/unixsock": {"driver", "cluster", "encryption", "kernel", "pluginapi", "adminapi"},
 	// Fakes and test harnesses never ship in the binary.

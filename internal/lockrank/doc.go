@@ -27,7 +27,7 @@
 //	13    EventQueue    kernel eventQueue.mu       a watch's queued events                       -
 //	14    XFRM          netlinkxfrm XFRM.mu        the xfrm netlink socket                       Encryption
 //	15    Firewall      firewall Firewall.mu       the nftables batch and guarded VNIs           Encryption
-//	16    ServiceWatch  servicewatch Watch.mu      which networks' services are due              -
+//	16    ServiceWatch  enginewatch Services.mu    which networks' services are due              -
 //	17    Gate          pluginapi Gate.mu          the shutdown flag and in-flight calls         -
 //
 // Locks of other modules sit below every lock here that calls into them

@@ -1,4 +1,4 @@
-package main
+package enginewatch
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func (d *fakeDocker) asked() []string {
 
 // A worker is asked /info only (its engine would log every /nodes as an
 // error); a manager /info, then /nodes.
-func TestHintsFromDocker(t *testing.T) {
+func TestNodes(t *testing.T) {
 	for _, c := range []struct {
 		name               string
 		manager, nodesFail bool
@@ -97,11 +97,11 @@ func TestHintsFromDocker(t *testing.T) {
 				defer close(done)
 				engine := dockerengine.New(d.sock)
 				defer engine.Close()
-				hintFromDocker(ctx, engine, time.Hour, func(a netip.Addr) {
+				NewNodes(engine, func(a netip.Addr) {
 					mu.Lock()
 					got = append(got, a.String())
 					mu.Unlock()
-				}, slog.New(slog.DiscardHandler))
+				}, time.Hour, slog.New(slog.DiscardHandler)).Run(ctx)
 			}()
 			// The hints come after both requests of a round.
 			deadline := time.Now().Add(5 * time.Second)

@@ -1,4 +1,4 @@
-package servicewatch
+package enginewatch
 
 import (
 	"context"
@@ -106,10 +106,10 @@ func (d *fakeDriver) endpoints(nid string) []string {
 	return out
 }
 
-func start(t *testing.T, period time.Duration) (*fakeEngine, *fakeDriver, *Watcher) {
+func start(t *testing.T, period time.Duration) (*fakeEngine, *fakeDriver, *Services) {
 	e := &fakeEngine{svcs: map[string][]dockerengine.Service{}, calls: map[string][]time.Time{}}
 	d := &fakeDriver{nets: []string{"n1"}, got: map[string][]driver.Service{}, at: map[string]time.Time{}}
-	w := New(e, d, period, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w := NewServices(e, d, period, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()

@@ -1,4 +1,4 @@
-// Package servicewatch learns the swarm services of the plugin's networks
+// Services learns the swarm services of the plugin's networks
 // from the local Docker engine and hands each network's virtual IPs and
 // backends to the driver, which programs them into its containers.
 //
@@ -20,7 +20,8 @@
 // change (coalesced) or period is all the engine sees. A backend that
 // left is dropped sooner, by the driver, as soon as the plugin's gossip
 // withdraws its endpoint.
-package servicewatch
+
+package enginewatch
 
 import (
 	"context"
@@ -36,10 +37,8 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
-// Defaults.
-const (
-	DefaultPeriod = 5 * time.Second
-)
+// DefaultPeriod is how often Services asks for each network's services.
+const DefaultPeriod = 5 * time.Second
 
 // followUps are the delays after a change at which the network is asked
 // again: Docker's gossip of the same task may arrive after the plugin's.
@@ -48,8 +47,8 @@ var followUps = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, 
 // minGap spaces the requests a stream of changes causes for one network.
 const minGap = 100 * time.Millisecond
 
-// Engine answers what services a network has (dockerengine.Client).
-type Engine interface {
+// ServiceEngine answers what services a network has (dockerengine.Client).
+type ServiceEngine interface {
 	NetworkServices(ctx context.Context, networkID string) ([]dockerengine.Service, error)
 }
 
@@ -61,9 +60,10 @@ type Driver interface {
 	SetServices(networkID string, svcs []driver.Service) error
 }
 
-// Watcher polls the engine for the networks that need it.
-type Watcher struct {
-	engine Engine
+// Services polls the engine for the services of the networks that need
+// it.
+type Services struct {
+	engine ServiceEngine
 	drv    Driver
 	period time.Duration
 	log    *slog.Logger
@@ -79,18 +79,18 @@ type Watcher struct {
 	wake  chan struct{} // 1-buffered
 }
 
-// New returns a watcher asking engine every period (0: DefaultPeriod).
-func New(engine Engine, drv Driver, period time.Duration, log *slog.Logger) *Watcher {
+// NewServices returns a watcher asking engine every period (0: DefaultPeriod).
+func NewServices(engine ServiceEngine, drv Driver, period time.Duration, log *slog.Logger) *Services {
 	if period <= 0 {
 		period = DefaultPeriod
 	}
-	return &Watcher{engine: engine, drv: drv, period: period, log: log,
+	return &Services{engine: engine, drv: drv, period: period, log: log,
 		due: map[string][]time.Time{}, asked: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 }
 
 // Changed says an endpoint of the network joined or left somewhere. It
 // never blocks: the driver calls it with a network lock held.
-func (w *Watcher) Changed(networkID string) {
+func (w *Services) Changed(networkID string) {
 	now := time.Now()
 	w.mu.Lock()
 	// A burst of changes asks at most every minGap, then once per
@@ -116,7 +116,7 @@ func (w *Watcher) Changed(networkID string) {
 }
 
 // Run asks the engine until ctx ends.
-func (w *Watcher) Run(ctx context.Context) {
+func (w *Services) Run(ctx context.Context) {
 	tick := time.NewTicker(w.period)
 	defer tick.Stop()
 	timer := time.NewTimer(0)
@@ -141,7 +141,7 @@ func (w *Watcher) Run(ctx context.Context) {
 
 // runDue asks for every network that is due and returns when the next
 // one will be (an hour away when none is).
-func (w *Watcher) runDue(ctx context.Context) time.Time {
+func (w *Services) runDue(ctx context.Context) time.Time {
 	now := time.Now()
 	next := now.Add(time.Hour)
 	var nids []string
@@ -179,7 +179,7 @@ func (w *Watcher) runDue(ctx context.Context) time.Time {
 
 // startRound notes that every network in nids is asked now and drops
 // what is kept of the others (deleted here).
-func (w *Watcher) startRound(nids []string) {
+func (w *Services) startRound(nids []string) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -197,7 +197,7 @@ func (w *Watcher) startRound(nids []string) {
 // The caller has noted the ask in asked, under the same hold of mu that
 // took it from due (runDue) or before the round (startRound): a Changed
 // in between then waits minGap rather than asking again at once.
-func (w *Watcher) refresh(ctx context.Context, nid string) {
+func (w *Services) refresh(ctx context.Context, nid string) {
 	raw, err := w.engine.NetworkServices(ctx, nid)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
