@@ -1,9 +1,10 @@
 package main
 
 import (
-	"fmt"
+	"sync/atomic"
 
 	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/controlplane"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
@@ -17,8 +18,8 @@ type gate = pluginapi.Gate[*driver.Driver]
 // adminBackend is the admin API's view: the driver through the gate, plus
 // the control plane once it runs.
 type adminBackend struct {
-	g  *gate
-	cp *cpHolder
+	g     *gate
+	plane *atomic.Pointer[controlplane.Plane]
 }
 
 func (b adminBackend) State() []driver.NetworkState {
@@ -37,40 +38,13 @@ func (b adminBackend) DeletePeer(nid, eid string) error {
 	return pluginapi.Call0(b.g, "DeletePeer", []any{"network", nid, "endpoint", eid}, func(d *driver.Driver) error { return d.DeletePeer(nid, eid) })
 }
 
-var errNoGossip = fmt.Errorf("%w: the gossip control plane is not running (--gossip-port 0, or still starting)", driver.ErrNotFound)
-
-func (b adminBackend) Cluster() (any, error) {
-	cp := b.cp.get()
-	if cp == nil || cp.cluster == nil {
-		return nil, errNoGossip
-	}
-	return struct {
-		Members []cluster.Member `json:"members"`
-		Stats   cluster.Stats    `json:"stats"`
-	}{cp.cluster.Members(), cp.cluster.Stats()}, nil
-}
-
-var errNoEncryption = fmt.Errorf("%w: encryption is not running (no --secret-file, or still starting)", driver.ErrNotFound)
-
-func (b adminBackend) Encryption() (any, error) {
-	cp := b.cp.get()
-	if cp == nil || cp.enc == nil {
-		return nil, errNoEncryption
-	}
-	return cp.enc.Status(), nil
-}
-
-func (b adminBackend) RotateKeys() error {
-	cp := b.cp.get()
-	if cp == nil || cp.enc == nil {
-		return errNoEncryption
-	}
-	return cp.enc.Rotate()
-}
+func (b adminBackend) Cluster() (any, error)    { return b.plane.Load().Cluster() }
+func (b adminBackend) Encryption() (any, error) { return b.plane.Load().Encryption() }
+func (b adminBackend) RotateKeys() error        { return b.plane.Load().RotateKeys() }
 
 // metricsSources reads the driver once it is ready and, once it runs, the
 // control plane.
-func metricsSources(g *gate, cps *cpHolder) metrics.Sources {
+func metricsSources(g *gate, plane *atomic.Pointer[controlplane.Plane]) metrics.Sources {
 	return metrics.Sources{
 		Networks: func() []driver.NetworkStats {
 			if d, ok := g.Driver(); ok {
@@ -84,18 +58,8 @@ func metricsSources(g *gate, cps *cpHolder) metrics.Sources {
 			}
 			return nil
 		},
-		Cluster: func() (cluster.Stats, bool) {
-			if cp := cps.get(); cp != nil && cp.cluster != nil {
-				return cp.cluster.Stats(), true
-			}
-			return cluster.Stats{}, false
-		},
-		Encryption: func() (encryption.Status, bool) {
-			if cp := cps.get(); cp != nil && cp.enc != nil {
-				return cp.enc.Status(), true
-			}
-			return encryption.Status{}, false
-		},
-		Version: version, Commit: commit,
+		Cluster:    func() (cluster.Stats, bool) { return plane.Load().ClusterStats() },
+		Encryption: func() (encryption.Status, bool) { return plane.Load().EncryptionStatus() },
+		Version:    version, Commit: commit,
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,10 +20,13 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
+	"github.com/overlay-plugin/overlay-plugin/controlplane"
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
 	"github.com/overlay-plugin/overlay-plugin/enginewatch"
+	"github.com/overlay-plugin/overlay-plugin/firewall"
 	"github.com/overlay-plugin/overlay-plugin/internal/hostdir"
 	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
@@ -85,7 +89,7 @@ func defaultDeps() serveDeps {
 		lockWait:        2 * time.Second,
 		httpGrace:       10 * time.Second,
 		readTimeout:     30 * time.Second,
-		advertiseWait:   advertiseWait,
+		advertiseWait:   10 * time.Second,
 		newEncryption:   newNetlinkEncryption,
 		newLoadBalancer: func() driver.LoadBalancer { return servicelb.NewNftables() },
 	}
@@ -169,11 +173,11 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		return stopServers(log, g, deps, fmt.Errorf("admin socket: %w", err), pluginSrv)
 	}
 	closers = append(closers, func() { unixsock.Remove(log, cfg.AdminSocket) })
-	cps := &cpHolder{}
-	metricsH := metrics.Handler(metricsSources(g, cps), calls)
+	var plane atomic.Pointer[controlplane.Plane] // set once it runs
+	metricsH := metrics.Handler(metricsSources(g, &plane), calls)
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", metricsH)
-	admin.Handle("/", adminapi.NewServer(adminBackend{g, cps}, g.Ready, log))
+	admin.Handle("/", adminapi.NewServer(adminBackend{g, &plane}, g.Ready, log))
 	adminSrv := startServer(al, admin, serverErrs, "admin API", deps.readTimeout)
 	servers := []*http.Server{pluginSrv, adminSrv}
 	if cfg.MetricsAddr != "" {
@@ -224,9 +228,13 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	// names it just after start). Joins wait for it meanwhile.
 	cpErr := make(chan error, 1)
 	go func() {
-		cp, err := startControlPlane(ctx, cfg, deps, drv, db, engine, log)
+		p, err := controlplane.Start(ctx, controlplane.Config{Addr: cfg.AdvertiseAddr, AdvertiseWait: deps.advertiseWait,
+			GossipPort: cfg.GossipPort, Join: cfg.Join, NodeName: cfg.NodeName, SecretFile: cfg.SecretFile, DeadGrace: cfg.DeadGrace,
+			RestartGrace: cfg.RestartGrace, KeyRotation: cfg.KeyRotation, VXLANPort: cfg.VXLANPort, Transport: deps.gossipTransport,
+			NewEncryption: func() (encryption.XFRM, encryption.Firewall, func(), error) { return deps.newEncryption(cfg) },
+			DB:            db, Engine: engine, Logger: log}, drv)
 		if err == nil {
-			cps.p.Store(cp)
+			plane.Store(p)
 		}
 		cpErr <- err
 	}()
@@ -289,13 +297,13 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	<-svcDone
 	stopVNIs()
 	<-vniDone
-	cp := cps.get()
-	if cp != nil {
-		cp.stopGossip(log)
+	p := plane.Load()
+	if p != nil {
+		p.StopGossip()
 	}
 	drv.Close()
-	if cp != nil {
-		cp.stopEncryption()
+	if p != nil {
+		p.StopEncryption()
 	}
 	if retErr == nil {
 		log.Info("overlay plugin stopped")
@@ -329,7 +337,7 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 		return nil, nil, nil, err
 	}
 	// With a secret, the encryption side is connected once the control
-	// plane starts (startControlPlane).
+	// plane starts (controlplane.Start).
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
 		VXLANPort: cfg.VXLANPort, ExpectEncryption: cfg.SecretFile != "" && cfg.GossipPort != 0,
 		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, ResyncPeriod: cfg.ResyncPeriod, DeadGrace: cfg.DeadGrace, Logger: log})
@@ -379,4 +387,13 @@ func stopServers(log *slog.Logger, g *gate, deps serveDeps, cause error, servers
 	}
 	g.Drain()
 	return cause
+}
+
+// newNetlinkEncryption is the real xfrm and nftables side.
+func newNetlinkEncryption(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
+	x, err := netlinkxfrm.New(netns.None())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return x, firewall.New(nil, cfg.VXLANPort, encryption.Mark), func() { x.Close() }, nil
 }

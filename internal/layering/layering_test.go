@@ -31,6 +31,8 @@ var rules = map[string][]string{
 	// the driver and nothing else.
 	"dockerengine": {"driver", "cluster", "encryption", "kernel", "vni"},
 	"enginewatch":  {"cluster", "encryption", "firewall"},
+	// The control plane is handed its xfrm and firewall; it serves no API.
+	"controlplane": {"firewall", "encryption/netlinkxfrm", "pluginapi", "adminapi"},
 	// Socket plumbing knows nothing of what is served on it.
 	"internal/unixsock": {"driver", "cluster", "encryption", "kernel", "pluginapi", "adminapi"},
 	// Fakes and test harnesses never ship in the binary.

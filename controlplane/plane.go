@@ -1,0 +1,211 @@
+// Package controlplane connects this host to the others once its address
+// is settled: the gossip cluster and, with a cluster secret, the IPsec
+// manager, whose public keys the gossip carries both ways (the publisher
+// sends this host's, the manager receives the others'). The plugin starts
+// it after the driver serves, since Docker names this node's address just
+// after the plugin starts.
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.etcd.io/bbolt"
+
+	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/dockerengine"
+	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/enginewatch"
+)
+
+// Config is what Start needs, from the plugin's settings.
+type Config struct {
+	// Addr is this host's VTEP; zero: the address Docker names within
+	// AdvertiseWait, else the default route's (Driver.AdvertiseAddr).
+	Addr          netip.Addr
+	AdvertiseWait time.Duration
+	// GossipPort 0 runs without gossip: Start only settles the address.
+	GossipPort   int
+	Join         []string
+	NodeName     string // empty: <hostname>-<address>
+	SecretFile   string // empty: no encryption, gossip in clear
+	DeadGrace    time.Duration
+	RestartGrace time.Duration
+	KeyRotation  time.Duration
+	VXLANPort    uint16
+	// Transport, if set, replaces memberlist's network transport.
+	Transport memberlist.Transport
+	// NewEncryption builds the xfrm and firewall side of encryption; the
+	// func it returns releases them.
+	NewEncryption func() (encryption.XFRM, encryption.Firewall, func(), error)
+	// DB keeps the published keys for the next run.
+	DB *bbolt.DB
+	// Engine, if set, names the swarm's nodes as gossip hints.
+	Engine *dockerengine.Client
+	Logger *slog.Logger
+}
+
+// Plane is a started control plane. A nil *Plane is one not (yet)
+// running: its inspection methods say so.
+type Plane struct {
+	cluster *cluster.Cluster
+	enc     *encryption.Manager
+	log     *slog.Logger
+	// stopRun ends the goroutines below (the key schedule and the keys'
+	// storing, the swarm's nodes as gossip hints); runs counts them.
+	stopRun context.CancelFunc
+	runs    sync.WaitGroup
+	release func()
+}
+
+// Start settles this host's address and starts gossip and encryption,
+// connecting them to drv.
+func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) {
+	log := cfg.Logger
+	addr := cfg.Addr
+	if !addr.IsValid() {
+		var err error
+		if addr, err = drv.AdvertiseAddr(ctx, cfg.AdvertiseWait); err != nil {
+			return nil, err
+		}
+	}
+	drv.SetVTEP(addr)
+	log.Info("advertise address settled", "addr", addr)
+	p := &Plane{log: log, release: func() {}, stopRun: func() {}}
+	if cfg.GossipPort == 0 {
+		log.Warn("running without the gossip control plane (--gossip-port 0): remote endpoints only through the admin API")
+		return p, nil
+	}
+	var secret []byte
+	if cfg.SecretFile != "" {
+		var err error
+		if secret, err = encryption.ReadSecret(cfg.SecretFile, log); err != nil {
+			return nil, err
+		}
+	}
+	name := cfg.NodeName
+	if name == "" {
+		host, _ := os.Hostname()
+		name = host + "-" + addr.String()
+	}
+	pub := encryption.NewPublisher(encryption.KeyStore{DB: cfg.DB}, addr, log)
+	var gossipKey []byte
+	var nodeData func(netip.Addr, []byte)
+	if secret != nil {
+		resume := encryption.KeyStore{DB: cfg.DB}.Resume(addr, log)
+		x, fw, release, err := cfg.NewEncryption()
+		if err != nil {
+			return nil, fmt.Errorf("encryption: %w", err)
+		}
+		p.release = release
+		p.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: encryption.Subkey(secret, encryption.UseESP),
+			Local: addr, Port: cfg.VXLANPort, Schedule: encryption.ScheduleEvery(cfg.KeyRotation), Publish: pub.Publish, Logger: log,
+			Resume: resume})
+		if err != nil {
+			release()
+			return nil, err
+		}
+		gossipKey, nodeData = encryption.Subkey(secret, encryption.UseGossip), p.enc.ReceiveKeys
+	}
+	c, err := cluster.New(cluster.Config{
+		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
+		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: cfg.Transport, Sink: drv, Logger: log,
+		NodeData: nodeData,
+	})
+	if err != nil {
+		p.StopEncryption()
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	p.cluster = c
+	pub.Attach(c)
+	runCtx, cancel := context.WithCancel(context.Background())
+	p.stopRun = cancel
+	if p.enc != nil {
+		drv.SetEncryption(p.enc)
+		p.runs.Go(func() { p.enc.Run(runCtx, time.Second) })
+		p.runs.Go(func() { pub.Run(runCtx) })
+	}
+	if cfg.Engine != nil {
+		nodes := enginewatch.NewNodes(cfg.Engine, c.NodeHint, 0, log)
+		p.runs.Go(func() { nodes.Run(runCtx) })
+	}
+	drv.SetControlPlane(c)
+	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", p.enc != nil)
+	return p, nil
+}
+
+// StopGossip stops deliveries into the driver; call before Driver.Close.
+func (p *Plane) StopGossip() {
+	p.stopRun()
+	p.runs.Wait()
+	if p.cluster != nil {
+		if err := p.cluster.Close(); err != nil {
+			p.log.Warn("stop gossip", "err", err)
+		}
+	}
+}
+
+// StopEncryption leaves the IPsec state in the kernel for the sandboxes
+// Driver.Close kept and the next run; call after Driver.Close.
+func (p *Plane) StopEncryption() {
+	if p.enc != nil {
+		p.enc.Detach()
+	}
+	p.release()
+}
+
+var (
+	errNoGossip     = fmt.Errorf("%w: the gossip control plane is not running (--gossip-port 0, or still starting)", driver.ErrNotFound)
+	errNoEncryption = fmt.Errorf("%w: encryption is not running (no --secret-file, or still starting)", driver.ErrNotFound)
+)
+
+// Cluster is the admin API's view of the gossip members and statistics.
+func (p *Plane) Cluster() (any, error) {
+	if p == nil || p.cluster == nil {
+		return nil, errNoGossip
+	}
+	return struct {
+		Members []cluster.Member `json:"members"`
+		Stats   cluster.Stats    `json:"stats"`
+	}{p.cluster.Members(), p.cluster.Stats()}, nil
+}
+
+// Encryption is the admin API's view of the IPsec state.
+func (p *Plane) Encryption() (any, error) {
+	s, ok := p.EncryptionStatus()
+	if !ok {
+		return nil, errNoEncryption
+	}
+	return s, nil
+}
+
+// RotateKeys starts a new key generation now.
+func (p *Plane) RotateKeys() error {
+	if p == nil || p.enc == nil {
+		return errNoEncryption
+	}
+	return p.enc.Rotate()
+}
+
+// ClusterStats is the gossip's figures for metrics, if it runs.
+func (p *Plane) ClusterStats() (cluster.Stats, bool) {
+	if p == nil || p.cluster == nil {
+		return cluster.Stats{}, false
+	}
+	return p.cluster.Stats(), true
+}
+
+// EncryptionStatus is the IPsec state for metrics, if encryption runs.
+func (p *Plane) EncryptionStatus() (encryption.Status, bool) {
+	if p == nil || p.enc == nil {
+		return encryption.Status{}, false
+	}
+	return p.enc.Status(), true
+}
