@@ -10,12 +10,13 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
 // clientFlags registers the flags that locate the admin socket.
-func clientFlags(f *envFlags) func() *adminapi.Client {
+func clientFlags(f *envflag.Set) func() *adminapi.Client {
 	var stateDir, adminSocket string
 	adminFlags(f, &stateDir, &adminSocket)
 	return func() *adminapi.Client { return adminapi.NewClient(resolveAdminSocket(stateDir, adminSocket)) }
@@ -23,9 +24,9 @@ func clientFlags(f *envFlags) func() *adminapi.Client {
 
 // runState prints the driver's state as indented JSON.
 func runState(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := newEnvFlags("state", "state [flags]\n\nPrint the running plugin's networks, endpoints, peers, kernel entries, service VIPs (backends, connections) and the networks it refused, with why, as JSON.", stderr)
+	f := envflag.New("state", "overlay-plugin state [flags]\n\nPrint the running plugin's networks, endpoints, peers, kernel entries, service VIPs (backends, connections) and the networks it refused, with why, as JSON.", stderr)
 	client := clientFlags(f)
-	if err := f.parse(args, getenv); err != nil {
+	if err := f.ParseEnv(args, getenv); err != nil {
 		return err
 	}
 	c := client()
@@ -47,9 +48,9 @@ func runState(args []string, getenv func(string) string, stdout, stderr io.Write
 
 // runInspect prints one of the admin API's JSON views, indented.
 func runInspect(name, what string, get func(*adminapi.Client) (json.RawMessage, error), args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := newEnvFlags(name, name+" [flags]\n\n"+what, stderr)
+	f := envflag.New(name, "overlay-plugin "+name+" [flags]\n\n"+what, stderr)
 	client := clientFlags(f)
-	if err := f.parse(args, getenv); err != nil {
+	if err := f.ParseEnv(args, getenv); err != nil {
 		return err
 	}
 	c := client()
@@ -68,9 +69,9 @@ func runInspect(name, what string, get func(*adminapi.Client) (json.RawMessage, 
 
 // runRotate asks the running plugin for a new key generation.
 func runRotate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := newEnvFlags("rotate-keys", "rotate-keys [flags]\n\nStart a new IPsec key generation now; senders switch to it after the lead time.", stderr)
+	f := envflag.New("rotate-keys", "overlay-plugin rotate-keys [flags]\n\nStart a new IPsec key generation now; senders switch to it after the lead time.", stderr)
 	client := clientFlags(f)
-	if err := f.parse(args, getenv); err != nil {
+	if err := f.ParseEnv(args, getenv); err != nil {
 		return err
 	}
 	c := client()
@@ -87,7 +88,7 @@ func runPeer(args []string, getenv func(string) string, stdout, stderr io.Writer
 	const synopsis = "peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n       overlay-plugin peer del --network N --endpoint E"
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "usage: overlay-plugin %s\n", synopsis)
-		return usagef("peer: missing subcommand add or del")
+		return envflag.Usagef("peer: missing subcommand add or del")
 	}
 	switch args[0] {
 	case "add":
@@ -99,17 +100,17 @@ func runPeer(args []string, getenv func(string) string, stdout, stderr io.Writer
 		return nil
 	}
 	fmt.Fprintf(stderr, "usage: overlay-plugin %s\n", synopsis)
-	return usagef("peer: unknown subcommand %q (want add or del)", args[0])
+	return envflag.Usagef("peer: unknown subcommand %q (want add or del)", args[0])
 }
 
 func runPeerAdd(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := newEnvFlags("peer add", "peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n\nAdd (or replace) a remote endpoint of a network: its addresses, MAC and host (VTEP).", stderr)
+	f := envflag.New("peer add", "overlay-plugin peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n\nAdd (or replace) a remote endpoint of a network: its addresses, MAC and host (VTEP).", stderr)
 	client := clientFlags(f)
 	var nid, eid, mac, vtep string
 	var ips []netip.Addr
-	f.fs.StringVar(&nid, "network", "", "network id (required)")
-	f.fs.StringVar(&eid, "endpoint", "", "endpoint id (required)")
-	f.fs.Func("ip", "endpoint IP address, without prefix length (required; repeat for IPv4 and IPv6)", func(s string) error {
+	f.StringVar(&nid, "network", "", "network id (required)")
+	f.StringVar(&eid, "endpoint", "", "endpoint id (required)")
+	f.Func("ip", "endpoint IP address, without prefix length (required; repeat for IPv4 and IPv6)", func(s string) error {
 		a, err := netip.ParseAddr(strings.TrimSpace(s))
 		if err != nil {
 			return err
@@ -117,9 +118,9 @@ func runPeerAdd(args []string, getenv func(string) string, stdout, stderr io.Wri
 		ips = append(ips, a.Unmap())
 		return nil
 	})
-	f.fs.StringVar(&mac, "mac", "", "endpoint MAC address (required)")
-	f.fs.StringVar(&vtep, "vtep", "", "underlay address of the endpoint's host (required)")
-	if err := f.parse(args, getenv); err != nil {
+	f.StringVar(&mac, "mac", "", "endpoint MAC address (required)")
+	f.StringVar(&vtep, "vtep", "", "underlay address of the endpoint's host (required)")
+	if err := f.ParseEnv(args, getenv); err != nil {
 		return err
 	}
 	var missing []string
@@ -132,15 +133,15 @@ func runPeerAdd(args []string, getenv func(string) string, stdout, stderr io.Wri
 		missing = append(missing, "--ip")
 	}
 	if len(missing) > 0 {
-		return usagef("peer add: missing %s", strings.Join(missing, ", "))
+		return envflag.Usagef("peer add: missing %s", strings.Join(missing, ", "))
 	}
 	p := peerdb.Peer{EndpointID: eid, IPs: ips}
 	var err error
 	if p.MAC, err = hwaddr.Parse(mac); err != nil {
-		return usagef("peer add: --mac: %v", err)
+		return envflag.Usagef("peer add: --mac: %v", err)
 	}
 	if p.VTEP, err = netip.ParseAddr(vtep); err != nil {
-		return usagef("peer add: --vtep: %v", err)
+		return envflag.Usagef("peer add: --vtep: %v", err)
 	}
 	p.VTEP = p.VTEP.Unmap()
 	c := client()
@@ -153,12 +154,12 @@ func runPeerAdd(args []string, getenv func(string) string, stdout, stderr io.Wri
 }
 
 func runPeerDel(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := newEnvFlags("peer del", "peer del --network N --endpoint E\n\nRemove a remote endpoint from a network (removing an absent one is not an error).", stderr)
+	f := envflag.New("peer del", "overlay-plugin peer del --network N --endpoint E\n\nRemove a remote endpoint from a network (removing an absent one is not an error).", stderr)
 	client := clientFlags(f)
 	var nid, eid string
-	f.fs.StringVar(&nid, "network", "", "network id (required)")
-	f.fs.StringVar(&eid, "endpoint", "", "endpoint id (required)")
-	if err := f.parse(args, getenv); err != nil {
+	f.StringVar(&nid, "network", "", "network id (required)")
+	f.StringVar(&eid, "endpoint", "", "endpoint id (required)")
+	if err := f.ParseEnv(args, getenv); err != nil {
 		return err
 	}
 	var missing []string
@@ -168,7 +169,7 @@ func runPeerDel(args []string, getenv func(string) string, stdout, stderr io.Wri
 		}
 	}
 	if len(missing) > 0 {
-		return usagef("peer del: missing %s", strings.Join(missing, ", "))
+		return envflag.Usagef("peer del: missing %s", strings.Join(missing, ", "))
 	}
 	c := client()
 	defer c.Close()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -144,7 +145,7 @@ func TestServeConfigErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var out bytes.Buffer
 			_, err := parseServeConfig(c.args, envOf(c.env), &out)
-			var ue usageError
+			var ue envflag.UsageError
 			if !errors.As(err, &ue) {
 				t.Fatalf("error %v, want a usage error", err)
 			}

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
+	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 )
 
 // version (the release, from the VERSION file) and commit are set at build
@@ -64,7 +65,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return reportErr(stderr, runRotate(rest, getenv, stdout, stderr))
 	case "version", "-version", "--version":
 		if len(rest) > 0 {
-			return reportErr(stderr, usagef("version takes no arguments"))
+			return reportErr(stderr, envflag.Usagef("version takes no arguments"))
 		}
 		fmt.Fprintf(stdout, "overlay-plugin %s (commit %s)\n", version, commit)
 		return 0
@@ -76,7 +77,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 
 // reportErr prints err and maps it to an exit status.
 func reportErr(stderr io.Writer, err error) int {
-	var ue usageError
+	var ue envflag.UsageError
 	switch {
 	case err == nil:
 		return 0

@@ -1,0 +1,106 @@
+package envflag
+
+import (
+	"errors"
+	"flag"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Port is a flag value of a UDP port, 1..65535.
+func Port(p *uint16) flag.Value { return portValue{p} }
+
+// List is a flag value of a comma-separated list; empty items are dropped.
+func List(l *[]string) flag.Value { return listValue{l} }
+
+// Duration is a flag value of a positive duration.
+func Duration(d *time.Duration) flag.Value { return durationValue{d} }
+
+// Level is a flag value of a log level by name.
+func Level(l *slog.Level) flag.Value { return levelValue{l} }
+
+// portValue is a UDP port, 1..65535.
+type portValue struct{ p *uint16 }
+
+func (v portValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(int(*v.p))
+}
+
+func (v portValue) Set(s string) error {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+	if err != nil || n == 0 {
+		return errors.New("want a UDP port number between 1 and 65535")
+	}
+	*v.p = uint16(n)
+	return nil
+}
+
+// listValue is a comma-separated list; empty items are dropped.
+type listValue struct{ l *[]string }
+
+func (v listValue) String() string {
+	if v.l == nil {
+		return ""
+	}
+	return strings.Join(*v.l, ",")
+}
+
+func (v listValue) Set(s string) error {
+	*v.l = nil
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*v.l = append(*v.l, item)
+		}
+	}
+	return nil
+}
+
+// durationValue is a positive duration.
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d <= 0 {
+		return errors.New("want a positive duration such as 30s or 1h")
+	}
+	*v.d = d
+	return nil
+}
+
+// levelValue is a log level by name.
+type levelValue struct{ l *slog.Level }
+
+func (v levelValue) String() string {
+	if v.l == nil {
+		return ""
+	}
+	return strings.ToLower(v.l.String())
+}
+
+func (v levelValue) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "debug":
+		*v.l = slog.LevelDebug
+	case "info":
+		*v.l = slog.LevelInfo
+	case "warn", "warning":
+		*v.l = slog.LevelWarn
+	case "error":
+		*v.l = slog.LevelError
+	default:
+		return errors.New("want debug, info, warn or error")
+	}
+	return nil
+}
