@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os/signal"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/enginewatch"
 	"github.com/overlay-plugin/overlay-plugin/firewall"
 	"github.com/overlay-plugin/overlay-plugin/internal/hostdir"
+	"github.com/overlay-plugin/overlay-plugin/internal/httpserve"
 	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
@@ -143,7 +143,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	closers = append(closers, func() { unixsock.Remove(log, cfg.Socket) })
 	serverErrs := make(chan error, 3)
-	pluginSrv := startServer(pl, pluginapi.NewHandler(g, log), serverErrs, "plugin API", deps.readTimeout)
+	pluginSrv := httpserve.Start(pl, pluginapi.NewHandler(g, log), serverErrs, "plugin API", deps.readTimeout)
 
 	// 2. The state database. A damaged or newer one stops the plugin here,
 	// before anything is removed on its word (see statedb); bbolt locks the
@@ -178,7 +178,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", metricsH)
 	admin.Handle("/", adminapi.NewServer(adminBackend{g, &plane}, g.Ready, log))
-	adminSrv := startServer(al, admin, serverErrs, "admin API", deps.readTimeout)
+	adminSrv := httpserve.Start(al, admin, serverErrs, "admin API", deps.readTimeout)
 	servers := []*http.Server{pluginSrv, adminSrv}
 	if cfg.MetricsAddr != "" {
 		ml, err := net.Listen("tcp", cfg.MetricsAddr)
@@ -187,7 +187,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		}
 		only := http.NewServeMux()
 		only.Handle("GET /metrics", metricsH)
-		servers = append(servers, startServer(ml, only, serverErrs, "metrics", deps.readTimeout))
+		servers = append(servers, httpserve.Start(ml, only, serverErrs, "metrics", deps.readTimeout))
 		log.Info("serving metrics", "addr", ml.Addr())
 	}
 
@@ -348,40 +348,13 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 	return drv, vnis, release, nil
 }
 
-// startServer serves h on l in the background; a failure of Serve other
-// than a shutdown is sent to errs. A request must arrive whole within
-// readTimeout: a client that stalls in its body held a goroutine and a
-// descriptor for good.
-func startServer(l net.Listener, h http.Handler, errs chan<- error, name string, readTimeout time.Duration) *http.Server {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, readTimeout), ReadTimeout: readTimeout,
-		IdleTimeout: 5 * time.Minute}
-	go func() {
-		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("%s server: %w", name, err)
-		}
-	}()
-	return srv
-}
-
 // stopServers closes the listeners, lets requests finish for
 // deps.httpGrace, then waits for every driver call still under way (the
 // gate's count, which outlives forcibly closed connections). It returns
 // cause.
 func stopServers(log *slog.Logger, g *gate, deps serveDeps, cause error, servers ...*http.Server) error {
 	g.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), deps.httpGrace)
-	defer cancel()
-	// In parallel, so that every listener closes at once.
-	var wg sync.WaitGroup
-	for _, srv := range servers {
-		wg.Go(func() {
-			if err := srv.Shutdown(ctx); err != nil {
-				log.Warn("requests still open at the end of the shutdown grace period: closing their connections", "err", err)
-				srv.Close()
-			}
-		})
-	}
-	wg.Wait()
+	httpserve.Shutdown(log, deps.httpGrace, servers...)
 	if n := g.InFlight(); n > 0 {
 		log.Info("waiting for driver calls under way", "count", n)
 	}
