@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -16,39 +15,9 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
+	"github.com/overlay-plugin/overlay-plugin/firewall/firewalltest"
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 )
-
-type fakeFirewall struct {
-	// mu guards vnis. Leaf lock.
-	mu   sync.Mutex
-	vnis map[uint32]bool
-}
-
-func (f *fakeFirewall) EnableVNI(v uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.vnis[v] = true
-	return nil
-}
-
-func (f *fakeFirewall) Repair() error { return nil }
-
-func (f *fakeFirewall) Counters() (uint64, uint64, uint64, error) { return 0, 0, 0, nil }
-
-// Keep: the fake outlives a "restart", as the kernel's table does.
-func (f *fakeFirewall) Keep() ([]uint32, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Sorted(maps.Keys(f.vnis)), nil
-}
-
-func (f *fakeFirewall) DisableVNI(v uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.vnis, v)
-	return nil
-}
 
 // clock is a settable time source shared by a test's managers.
 type clock struct {
@@ -69,7 +38,7 @@ func (c *clock) add(d time.Duration) {
 type host struct {
 	m    *encryption.Manager
 	x    *fakexfrm.XFRM
-	fw   *fakeFirewall
+	fw   *firewalltest.Fake
 	addr netip.Addr
 
 	// mu guards pub. Leaf lock, taken under the manager's mutex.
@@ -79,7 +48,7 @@ type host struct {
 
 func newHost(t *testing.T, addr string, now func() time.Time) *host {
 	t.Helper()
-	h := &host{x: fakexfrm.New(), fw: &fakeFirewall{vnis: map[uint32]bool{}}, addr: netip.MustParseAddr(addr)}
+	h := &host{x: fakexfrm.New(), fw: firewalltest.New(), addr: netip.MustParseAddr(addr)}
 	h.start(t, now, nil)
 	return h
 }
@@ -335,13 +304,13 @@ func TestVNIFirewallRefcount(t *testing.T) {
 	if err := a.m.DisableVNI(300); err != nil {
 		t.Fatal(err)
 	}
-	if !a.fw.vnis[300] {
+	if !a.fw.Enabled(300) {
 		t.Fatal("firewall rule removed while still used")
 	}
 	if err := a.m.DisableVNI(300); err != nil {
 		t.Fatal(err)
 	}
-	if a.fw.vnis[300] {
+	if a.fw.Enabled(300) {
 		t.Fatal("firewall rule kept after the last user")
 	}
 }
@@ -349,7 +318,7 @@ func TestVNIFirewallRefcount(t *testing.T) {
 func TestUnsupportedKernel(t *testing.T) {
 	x := fakexfrm.New()
 	x.CheckErr = fakexfrm.NoESPError()
-	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: encryption.TestSecret,
+	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: firewalltest.New(), Secret: encryption.TestSecret,
 		Local: encryption.TestHostA, Port: 4789, Schedule: encryption.TestSchedule, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -584,7 +553,7 @@ func TestResumeTakesOverLosslessly(t *testing.T) {
 	c.add(encryption.TestSchedule.Lead)
 	tick(t, a, b)
 	both("the new generation active")
-	if a.fw.vnis[256] != true {
+	if !a.fw.Enabled(256) {
 		t.Fatal("the previous run's firewall table went while its generation lives")
 	}
 
@@ -598,8 +567,8 @@ func TestResumeTakesOverLosslessly(t *testing.T) {
 			t.Errorf("inherited SA %#x still installed after its generation retired", st.SPI)
 		}
 	}
-	if len(a.published()) != 1 || len(a.fw.vnis) != 0 {
-		t.Fatalf("after the window: %d generations published, firewall VNIs %v", len(a.published()), a.fw.vnis)
+	if len(a.published()) != 1 || len(a.fw.VNIs()) != 0 {
+		t.Fatalf("after the window: %d generations published, firewall VNIs %v", len(a.published()), a.fw.VNIs())
 	}
 }
 
@@ -729,7 +698,7 @@ func (b blockingStates) States() ([]encryption.StateInfo, error) {
 // encryption mutex: peers are programmed meanwhile.
 func TestStatusDoesNotBlockProgramming(t *testing.T) {
 	x := blockingStates{fakexfrm.New(), make(chan struct{}), make(chan struct{})}
-	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: &fakeFirewall{vnis: map[uint32]bool{}}, Secret: encryption.TestSecret,
+	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: firewalltest.New(), Secret: encryption.TestSecret,
 		Local: netip.MustParseAddr("198.51.100.1"), Port: 4789, Schedule: encryption.TestSchedule,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -4,12 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,48 +14,19 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
+	"github.com/overlay-plugin/overlay-plugin/firewall/firewalltest"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi/pluginapitest"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
-// memFirewall is an in-memory encryption.Firewall.
-type memFirewall struct {
-	// mu guards vnis. Leaf lock.
-	mu   sync.Mutex
-	vnis map[uint32]bool
-}
-
-func (f *memFirewall) EnableVNI(v uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.vnis[v] = true
-	return nil
-}
-func (f *memFirewall) DisableVNI(v uint32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.vnis, v)
-	return nil
-}
-func (f *memFirewall) Repair() error { return nil }
-
-func (f *memFirewall) Counters() (uint64, uint64, uint64, error) { return 0, 0, 0, nil }
-
-// Keep: the fake outlives a "restart", as the kernel's table does.
-func (f *memFirewall) Keep() ([]uint32, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Sorted(maps.Keys(f.vnis)), nil
-}
-
 // node is one in-process plugin with gossip on an in-memory network.
 type node struct {
 	*instance
 	addr netip.Addr
 	x    *fakexfrm.XFRM
-	fw   *memFirewall
+	fw   *firewalltest.Fake
 }
 
 func startNode(t *testing.T, net *memnet.Network, i int, secretFile string, join ...string) *node {
@@ -67,7 +35,7 @@ func startNode(t *testing.T, net *memnet.Network, i int, secretFile string, join
 	cfg := testConfig(t)
 	cfg.AdvertiseAddr, cfg.GossipPort, cfg.Join, cfg.NodeName = addr, defaultGossipPort, join, addr.String()
 	cfg.SecretFile, cfg.DeadGrace, cfg.KeyRotation = secretFile, time.Minute, time.Hour
-	return runNode(t, net, &node{addr: addr, x: fakexfrm.New(), fw: &memFirewall{vnis: map[uint32]bool{}}}, cfg, fakekernel.New())
+	return runNode(t, net, &node{addr: addr, x: fakexfrm.New(), fw: firewalltest.New()}, cfg, fakekernel.New())
 }
 
 // startPair starts two plugins with one cluster secret, b joining a.
@@ -185,8 +153,8 @@ func TestRestartKeepsEncryptedNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, _ := a.x.States()
-	if a.kernel.Snapshot()["net1"] == nil || len(after) != len(before) || !a.fw.vnis[300] || !pathReady(a, b) || !pathReady(b, a) {
-		t.Fatalf("the stop removed state: sandbox %v, SAs %d of %d, firewall %v", a.kernel.Snapshot()["net1"] != nil, len(after), len(before), a.fw.vnis)
+	if a.kernel.Snapshot()["net1"] == nil || len(after) != len(before) || !a.fw.Enabled(300) || !pathReady(a, b) || !pathReady(b, a) {
+		t.Fatalf("the stop removed state: sandbox %v, SAs %d of %d, firewall %v", a.kernel.Snapshot()["net1"] != nil, len(after), len(before), a.fw.VNIs())
 	}
 	cfg := a.cfg
 	cfg.Join = []string{"198.51.100.2"} // as Docker's node hints give it
@@ -202,7 +170,7 @@ func TestRestartKeepsEncryptedNetwork(t *testing.T) {
 	}
 	wait.For(t, settle, tick, "a's sandbox guarded again and b's endpoint back", wait.Bool(func() bool {
 		_, ok := a.kernel.Snapshot()["net1"].Neighbors[netip.MustParseAddr("203.0.113.2")]
-		return ok && a.fw.vnis[300]
+		return ok && a.fw.Enabled(300)
 	}))
 	wait.For(t, settle, tick, "b installs inbound SAs for a's new generation", wait.Bool(func() bool {
 		states, _ := b.x.States()
