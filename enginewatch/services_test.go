@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
+	"github.com/overlay-plugin/overlay-plugin/dockerengine/enginetest"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 )
 
@@ -40,39 +41,6 @@ func TestTranslate(t *testing.T) {
 	if len(skipped) != 2 {
 		t.Errorf("skipped %q, want the two services with unusable VIPs", skipped)
 	}
-}
-
-// fakeEngine serves a table that the test changes, and notes when each
-// request came.
-type fakeEngine struct {
-	mu    sync.Mutex
-	svcs  map[string][]dockerengine.Service
-	calls map[string][]time.Time
-}
-
-func (e *fakeEngine) NetworkServices(_ context.Context, nid string) ([]dockerengine.Service, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.calls[nid] = append(e.calls[nid], time.Now())
-	svcs, ok := e.svcs[nid]
-	if !ok {
-		return nil, dockerengine.ErrNotFound
-	}
-	return slices.Clone(svcs), nil
-}
-
-func (e *fakeEngine) set(nid string, svcs ...dockerengine.Service) {
-	e.mu.Lock()
-	e.svcs[nid] = svcs
-	e.mu.Unlock()
-}
-
-func (e *fakeEngine) count(nid string) int { return len(e.times(nid)) }
-
-func (e *fakeEngine) times(nid string) []time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.calls[nid])
 }
 
 // fakeDriver records what it is handed.
@@ -106,8 +74,8 @@ func (d *fakeDriver) endpoints(nid string) []string {
 	return out
 }
 
-func start(t *testing.T, period time.Duration) (*fakeEngine, *fakeDriver, *Services) {
-	e := &fakeEngine{svcs: map[string][]dockerengine.Service{}, calls: map[string][]time.Time{}}
+func start(t *testing.T, period time.Duration) (*enginetest.Engine, *fakeDriver, *Services) {
+	e := enginetest.New()
 	d := &fakeDriver{nets: []string{"n1"}, got: map[string][]driver.Service{}, at: map[string]time.Time{}}
 	w := NewServices(e, d, period, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,7 +104,7 @@ func waitEndpoints(t *testing.T, d *fakeDriver, within time.Duration, want ...st
 func TestChangedIsFollowedWithinASecond(t *testing.T) {
 	e, d, w := start(t, time.Hour)
 	task := func(eid string) dockerengine.Task { return dockerengine.Task{EndpointID: eid} }
-	e.set("n1", dockerengine.Service{Name: "web", VIP: "10.0.1.2", Tasks: []dockerengine.Task{task("e1")}})
+	e.SetServices("n1", dockerengine.Service{Name: "web", VIP: "10.0.1.2", Tasks: []dockerengine.Task{task("e1")}})
 	w.Changed("n1")
 	waitEndpoints(t, d, time.Second, "e1")
 
@@ -144,15 +112,15 @@ func TestChangedIsFollowedWithinASecond(t *testing.T) {
 	// 300 ms later.
 	w.Changed("n1")
 	time.Sleep(300 * time.Millisecond)
-	e.set("n1", dockerengine.Service{Name: "web", VIP: "10.0.1.2", Tasks: []dockerengine.Task{task("e1"), task("e2")}})
+	e.SetServices("n1", dockerengine.Service{Name: "web", VIP: "10.0.1.2", Tasks: []dockerengine.Task{task("e1"), task("e2")}})
 	if took := waitEndpoints(t, d, time.Second, "e1", "e2"); took > 900*time.Millisecond {
 		t.Errorf("a task Docker listed 300 ms after the change took another %v", took)
 	}
 	// Then the follow-ups end: no more requests without changes.
 	time.Sleep(2500 * time.Millisecond)
-	n := e.count("n1")
+	n := len(e.Asked("n1"))
 	time.Sleep(500 * time.Millisecond)
-	if m := e.count("n1"); m != n {
+	if m := len(e.Asked("n1")); m != n {
 		t.Errorf("%d requests after the follow-ups ended", m-n)
 	}
 }
@@ -161,7 +129,7 @@ func TestChangedIsFollowedWithinASecond(t *testing.T) {
 // per change.
 func TestBurstIsCoalesced(t *testing.T) {
 	e, _, w := start(t, time.Hour)
-	e.set("n1")
+	e.SetServices("n1")
 	start := time.Now()
 	for range 1000 {
 		w.Changed("n1")
@@ -170,7 +138,7 @@ func TestBurstIsCoalesced(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	// One request per minGap of the burst, then the follow-ups.
 	most := 2 + int(burst/minGap) + len(followUps)
-	if n := e.count("n1"); n > most {
+	if n := len(e.Asked("n1")); n > most {
 		t.Errorf("1000 changes in %v made %d requests, want at most %d", burst, n, most)
 	}
 }
@@ -182,14 +150,14 @@ func TestBurstIsCoalesced(t *testing.T) {
 func TestAsksAreMinGapApart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, _, w := start(t, time.Hour)
-		e.set("n1")
+		e.SetServices("n1")
 		w.Changed("n1")
 		synctest.Wait() // asked at once
 		time.Sleep(minGap / 2)
 		w.Changed("n1")
 		time.Sleep(3 * time.Second)
 		var at []time.Duration
-		times := e.times("n1")
+		times := e.Asked("n1")
 		for _, a := range times {
 			at = append(at, a.Sub(times[0]))
 		}
@@ -207,11 +175,11 @@ func TestAsksAreMinGapApart(t *testing.T) {
 // period; the others never.
 func TestPeriodicRefresh(t *testing.T) {
 	e, d, _ := start(t, 100*time.Millisecond)
-	e.set("n1", dockerengine.Service{Name: "web", VIP: "10.0.1.2", Tasks: []dockerengine.Task{{EndpointID: "e1"}}})
+	e.SetServices("n1", dockerengine.Service{Name: "web", VIP: "10.0.1.2", Tasks: []dockerengine.Task{{EndpointID: "e1"}}})
 	waitEndpoints(t, d, 500*time.Millisecond, "e1")
-	e.set("n2", dockerengine.Service{Name: "x", VIP: "10.0.2.2"})
+	e.SetServices("n2", dockerengine.Service{Name: "x", VIP: "10.0.2.2"})
 	time.Sleep(300 * time.Millisecond)
-	if n := e.count("n2"); n != 0 {
+	if n := len(e.Asked("n2")); n != 0 {
 		t.Errorf("a network without containers here was asked %d times", n)
 	}
 }

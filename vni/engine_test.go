@@ -2,47 +2,29 @@ package vni
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net/url"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/dockerengine"
+	"github.com/overlay-plugin/overlay-plugin/dockerengine/enginetest"
 )
 
 // discard drops the recovery's log.
 var discard = slog.New(slog.DiscardHandler)
 
-// engineStub answers the network list after failing fails times.
-type engineStub struct {
-	fails int32
-	calls atomic.Int32
-	nets  []dockerengine.Network
-}
-
-func (e *engineStub) Networks(context.Context) ([]dockerengine.Network, error) {
-	if e.calls.Add(1) <= e.fails {
-		return nil, &url.Error{Op: "Get", URL: "http://docker/networks", Err: errors.New("connection refused")}
-	}
-	if e.nets == nil {
-		return nil, errors.New("docker /networks: HTTP 404")
-	}
-	return e.nets, nil
-}
-
-// TestRecoverFromEngineFromEngine: the engine's list, once it answers, fills the
+// TestRecoverFromEngine: the engine's list, once it answers, fills the
 // VNI table with this driver's networks (not Docker's own overlay's), and
 // allocations waiting meanwhile get a VNI no running network holds.
-func TestRecoverFromEngineFromEngine(t *testing.T) {
+func TestRecoverFromEngine(t *testing.T) {
 	vnis := newAlloc(t, DefaultRange)
-	engine := &engineStub{fails: 2, nets: []dockerengine.Network{
+	engine := enginetest.New()
+	engine.SetNetworks(2, []dockerengine.Network{
 		{ID: "ours", Driver: "overlay-plugin:latest", Options: map[string]string{"vxlanid_list": "256"}},
 		{ID: "docker", Driver: "overlay", Options: map[string]string{"com.docker.network.driver.overlay.vxlanid_list": "4097", "vxlanid_list": "257"}},
 		{ID: "bad", Driver: "overlay-plugin:latest", Options: map[string]string{"vxlanid_list": "x"}},
 		{ID: "bridge", Driver: "bridge"},
-	}}
+	}...)
 	release := vnis.Hold(time.Minute)
 	done := make(chan struct{})
 	go func() {
@@ -62,25 +44,27 @@ func TestRecoverFromEngineFromEngine(t *testing.T) {
 	}
 }
 
-// TestRecoverFromEngineEngineUnreachable: without an answer the hold ends with
+// TestRecoverFromEngineUnreachable: without an answer the hold ends with
 // the attempts, and allocation goes on with local knowledge.
-func TestRecoverFromEngineEngineUnreachable(t *testing.T) {
+func TestRecoverFromEngineUnreachable(t *testing.T) {
 	vnis := newAlloc(t, DefaultRange)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	vnis.RecoverFromEngine(ctx, &engineStub{fails: 1 << 30}, "vxlanid_list", vnis.Hold(time.Minute), discard)
+	engine := enginetest.New()
+	engine.SetNetworks(1 << 30)
+	vnis.RecoverFromEngine(ctx, engine, "vxlanid_list", vnis.Hold(time.Minute), discard)
 	if _, err := vnis.Allocate("new"); err != nil {
 		t.Fatalf("Allocate after a failed recovery: %v", err)
 	}
 }
 
-// TestRecoverFromEngineEngineRefuses: an engine that answers without a list
+// TestRecoverFromEngineRefused: an engine that answers without a list
 // ends the hold at once.
-func TestRecoverFromEngineEngineRefuses(t *testing.T) {
+func TestRecoverFromEngineRefused(t *testing.T) {
 	vnis := newAlloc(t, DefaultRange)
-	engine := &engineStub{}
+	engine := enginetest.New() // no list: the engine refuses the call
 	vnis.RecoverFromEngine(context.Background(), engine, "vxlanid_list", vnis.Hold(time.Minute), discard)
-	if n := engine.calls.Load(); n != 1 {
+	if n := engine.NetworksAsked(); n != 1 {
 		t.Fatalf("asked %d times, want once", n)
 	}
 	if _, err := vnis.Allocate("new"); err != nil {

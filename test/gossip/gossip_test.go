@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overlay-plugin/overlay-plugin/dockerengine/enginetest"
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
@@ -100,7 +101,7 @@ type gcluster struct {
 	*testbed.Cluster
 	t       *testing.T
 	nw      *testbed.Network
-	engines map[*testbed.Host]*fakeEngine
+	engines map[*testbed.Host]*enginetest.Engine
 
 	mu   sync.Mutex
 	slot int // last address slot handed out by newSlot
@@ -119,14 +120,15 @@ type gcluster struct {
 func newCluster(t *testing.T, o options) *gcluster {
 	t.Helper()
 	requireTestbed(t)
-	c := &gcluster{t: t, engines: map[*testbed.Host]*fakeEngine{}, isolated: map[*testbed.Node]bool{}}
+	c := &gcluster{t: t, engines: map[*testbed.Host]*enginetest.Engine{}, isolated: map[*testbed.Node]bool{}}
 	cfg := o.ClusterConfig
 	cfg.Gossip = true
 	if o.engines {
 		cfg.HostArgs = func(h *testbed.Host) []string {
-			e := startEngine(t, filepath.Join(h.Dir, "engine.sock"))
+			e, sock := enginetest.New(), filepath.Join(h.Dir, "engine.sock")
+			e.Serve(t, sock)
 			c.engines[h] = e
-			return []string{"--docker-socket", e.path}
+			return []string{"--docker-socket", sock}
 		}
 	}
 	var err error

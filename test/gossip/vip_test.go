@@ -75,7 +75,7 @@ func TestServiceVIP(t *testing.T) {
 	vip := netip.AddrPortFrom(testbed.Nth(overlay.Pool4, 200), vipPort)
 	setAll := func(tasks ...*testbed.Endpoint) {
 		for _, e := range c.engines {
-			e.set(c.nw.ID, "web", vip.Addr().String(), tasks...)
+			setService(e, c.nw.ID, "web", vip.Addr().String(), tasks...)
 		}
 	}
 	setAll(b1, b2, b3)
@@ -201,7 +201,7 @@ func TestServiceVIP(t *testing.T) {
 	// The service goes: within the refresh period the containers hold no
 	// rule of it.
 	for _, e := range c.engines {
-		e.set(c.nw.ID, "web", "")
+		setService(e, c.nw.ID, "web", "")
 	}
 	deadline := time.Now().Add(8 * time.Second)
 	for _, cl := range []*testbed.Endpoint{c1, c2} {
