@@ -426,8 +426,8 @@ func New(cfg Config) (*Cluster, error) {
 		c.cancelStreams()
 		return nil, errors.New("cluster: the Transport must be a memberlist.NodeAwareTransport")
 	}
-	guard := newGuardTransport(nat, cfg.SecretKey, c.refuseInput)
-	mc.Transport = guard
+	screen := newScreenTransport(nat, cfg.SecretKey, c.refuseInput)
+	mc.Transport = screen
 
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },
@@ -449,9 +449,9 @@ func New(cfg Config) (*Cluster, error) {
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		if cfg.Transport == nil {
-			guard.Shutdown() // and the transport made here
+			screen.Shutdown() // and the transport made here
 		} else {
-			guard.detach()
+			screen.detach()
 		}
 		c.cancelStreams()
 		return nil, fmt.Errorf("cluster: start memberlist: %w", err)

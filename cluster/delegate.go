@@ -227,7 +227,7 @@ func (c *Cluster) decodeError(what string, err error) {
 // mlLogWriter turns memberlist's "[LEVEL] memberlist: ..." lines into slog
 // records at that level. memberlist mostly writes [ERR] for errors, but
 // [ERROR] and "Err:" in a few places. A line that reports refused input
-// (mlRefusals) is a refusal like the transport guard's: counted and logged
+// (mlRefusals) is a refusal like the transport screen's: counted and logged
 // by reject, at a bounded rate.
 type mlLogWriter struct {
 	log    *slog.Logger
@@ -254,7 +254,7 @@ var incompatibleNode = regexp.MustCompile(`Node '([^']*)' delegate protocol vers
 var stopErrors = [...]string{net.ErrClosed.Error(), "operation was canceled", context.Canceled.Error()}
 
 // mlRefusals are the lines of memberlist v0.7.0 (net.go) about input that
-// passed the transport guard, which checks only memberlist's framing: a
+// passed the transport screen, which checks only memberlist's framing: a
 // message whose body does not decode, a ping for another node, a message
 // its full handler queue dropped. By what follows "memberlist: ".
 var mlRefusals = [...]struct {

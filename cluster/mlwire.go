@@ -10,7 +10,7 @@ import (
 )
 
 // What memberlist v0.7.0 accepts from the network, checked before it sees
-// it (guard.go). memberlist's message types are unexported: these are the
+// it (screen.go). memberlist's message types are unexported: these are the
 // values of its messageType constants (net.go, lines 50-74, "ONLY APPEND
 // TO THIS LIST": they are part of its protocol).
 const (

@@ -132,7 +132,7 @@ func TestCheckPacket(t *testing.T) {
 }
 
 // The bomb of issue 12: some 31 KB that memberlist inflates to 40 MiB.
-// checkPacket refuses it by its type byte; guard_test checks that
+// checkPacket refuses it by its type byte; screen_test checks that
 // memberlist is handed none of it.
 func TestLZWBombIsOne(t *testing.T) {
 	bomb := lzwBomb(t)

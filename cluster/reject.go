@@ -30,7 +30,7 @@ var reasonNames = [numReasons]string{"decrypt", "plain", "compressed", "unknown_
 func (r Reason) String() string { return reasonNames[r] }
 
 // rejections counts the refusals made outside the state (which counts its
-// own under Cluster.mu): by the transport guard, the decoder, memberlist.
+// own under Cluster.mu): by the transport screen, the decoder, memberlist.
 type rejections [numReasons]atomic.Uint64
 
 func (r *rejections) add(reason Reason) { r[reason].Add(1) }
@@ -42,7 +42,7 @@ func (c *Cluster) reject(r Reason, msg string, args ...any) {
 	c.log.Warn(msg, append(args, reasonKey, r.String())...)
 }
 
-// refuseInput is the transport guard's report.
+// refuseInput is the transport screen's report.
 func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
 	c.reject(r.reason, "gossip "+what+" refused", "from", from, "err", r.err)
 }

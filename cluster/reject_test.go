@@ -100,7 +100,7 @@ var misdirectedPing = append([]byte{mlPing, 0x82, 0xa5, 'S', 'e', 'q', 'N', 'o',
 	"other"...)
 
 // Every refusal of a node without a secret is counted by its reason:
-// those of the transport guard, of memberlist (read from its log), of
+// those of the transport screen, of memberlist (read from its log), of
 // the plugin's decoder; and memberlist's log lines about them are
 // rate-limited like the rest.
 func TestRejectionsCountedPlaintext(t *testing.T) {

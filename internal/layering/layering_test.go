@@ -37,6 +37,7 @@ var rules = map[string][]string{
 	"internal/unixsock": {"driver", "cluster", "encryption", "kernel", "pluginapi", "adminapi"},
 	// Fakes and test harnesses never ship in the binary.
 	"cmd/overlay-plugin": {"kernel/fakekernel", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb", "firewall/firewalltest",
+		"dockerengine/enginetest", "pluginapi/pluginapitest",
 		"internal/testns", "internal/testbed"},
 }
 

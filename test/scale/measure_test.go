@@ -166,10 +166,10 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// guardRSS panics, ending the test binary, once the resident set passes
+// limitRSS panics, ending the test binary, once the resident set passes
 // limit bytes: a scenario that does not fit must fail, not take the
 // machine's memory. It polls on the real clock, from outside any bubble.
-func guardRSS(limit uint64) (stop func()) {
+func limitRSS(limit uint64) (stop func()) {
 	done := make(chan struct{})
 	page := uint64(os.Getpagesize())
 	go func() {

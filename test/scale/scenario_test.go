@@ -154,7 +154,7 @@ func TestScale(t *testing.T) {
 	t.Logf("scenario %s: %s; %s", p.Name, p.Desc, map[bool]string{true: "real time", false: "virtual time (synctest)"}[p.Realtime])
 	res := &results{Params: p}
 	res.env() // outside the bubble: its clock reads 2000-01-01
-	defer guardRSS(*flagMaxRSS << 30)()
+	defer limitRSS(*flagMaxRSS << 30)()
 	wall := wallNow()
 	if p.Realtime {
 		run(t, p, res)

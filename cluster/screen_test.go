@@ -19,7 +19,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
 
-// fakeTransport is the transport under a guard: the test plays the
+// fakeTransport is the transport under a screen: the test plays the
 // network on its channels and the remote end of its dials.
 type fakeTransport struct {
 	packets chan *memberlist.Packet
@@ -52,7 +52,7 @@ func (f *fakeTransport) DialAddressTimeout(memberlist.Address, time.Duration) (n
 
 var attacker = &net.UDPAddr{IP: net.IPv4(203, 0, 113, 66), Port: 7947}
 
-// refusals records a guard's reports.
+// refusals records a screen's reports.
 type refusals struct {
 	mu sync.Mutex // guards n; a leaf lock
 	n  [numReasons]int
@@ -88,13 +88,13 @@ func readAll(c net.Conn) []byte {
 // The bomb of issue 12 reaches memberlist in no form: not as a datagram,
 // not as a stream it accepts or dials, not inside the encryption. So
 // memberlist decompresses none of it, where it inflated 31 KB into 40 MiB.
-func TestGuardHandsMemberlistNoBomb(t *testing.T) {
+func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 	bomb := lzwBomb(t)
 	for _, key := range [][]byte{nil, testKey} {
 		name := map[bool]string{true: "encrypted", false: "plaintext"}[key != nil]
 		t.Run(name, func(t *testing.T) {
 			ft, rs := newFakeTransport(), &refusals{}
-			g := newGuardTransport(ft, key, rs.refuse)
+			g := newScreenTransport(ft, key, rs.refuse)
 			defer g.Shutdown()
 			wrap := func(msg []byte) []byte {
 				if key != nil {
@@ -154,9 +154,9 @@ func TestGuardHandsMemberlistNoBomb(t *testing.T) {
 }
 
 // The stream checks of an encrypted cluster: plaintext, another key.
-func TestGuardStreamsOfAnEncryptedCluster(t *testing.T) {
+func TestScreenStreamsOfAnEncryptedCluster(t *testing.T) {
 	ft, rs := newFakeTransport(), &refusals{}
-	g := newGuardTransport(ft, testKey, rs.refuse)
+	g := newScreenTransport(ft, testKey, rs.refuse)
 	defer g.Shutdown()
 	for _, c := range []struct {
 		data []byte
@@ -226,7 +226,7 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 	lim := newLogLimiter(clock.Now, rejectLogEvery)
 	c := &Cluster{log: slog.New(rateHandler{slog.NewTextHandler(&out, nil), lim}), logLim: lim}
 	ft := newFakeTransport()
-	g := newGuardTransport(ft, nil, c.refuseInput)
+	g := newScreenTransport(ft, nil, c.refuseInput)
 	defer g.Shutdown()
 	garbage := [][]byte{{99}, {mlCompress, 1}, {mlCompound, 9}}
 	reasons := []Reason{RejectUnknownType, RejectCompressed, RejectMalformed}
@@ -257,22 +257,22 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 
 // Shutdown returns while datagrams keep arriving and nobody reads them:
 // memberlist's NetTransport hands each one over an unbuffered channel and
-// its Shutdown waits for that hand-over, so a guard that stopped reading
+// its Shutdown waits for that hand-over, so a screen that stopped reading
 // first held the plugin's SIGTERM until it was killed.
-func TestGuardShutdownWhileDatagramsArrive(t *testing.T) {
+func TestScreenShutdownWhileDatagramsArrive(t *testing.T) {
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{"127.0.0.1"},
 		Logger: log.New(io.Discard, "", 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGuardTransport(nt, nil, (&refusals{}).refuse)
+	g := newScreenTransport(nt, nil, (&refusals{}).refuse)
 	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: nt.GetAutoBindPort()}
 	conn, err := net.DialUDP("udp", nil, to)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ping := []byte{mlUser, 1} // a message the guard passes on
+	ping := []byte{mlUser, 1} // a message the screen passes on
 	stop := make(chan struct{})
 	sent := make(chan struct{})
 	go func() {
@@ -288,7 +288,7 @@ func TestGuardShutdownWhileDatagramsArrive(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-sent }()
-	time.Sleep(50 * time.Millisecond) // the guard holds one, the transport the next
+	time.Sleep(50 * time.Millisecond) // the screen holds one, the transport the next
 	done := make(chan error, 1)
 	go func() { done <- g.Shutdown() }()
 	select {

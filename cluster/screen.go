@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// guardTransport stands between memberlist and its transport and refuses
+// screenTransport stands between memberlist and its transport and refuses
 // what memberlist should never handle (mlwire.go): compressed input, which
 // it would inflate some thousand times; undecryptable or plaintext input
 // in an encrypted cluster; unknown message types; broken compounds and
@@ -21,7 +21,7 @@ import (
 // Datagrams are checked by one goroutine between the transport's channel
 // and memberlist's. Streams, accepted and dialed alike, are checked on
 // their first Read, on memberlist's own goroutine and under its deadline.
-type guardTransport struct {
+type screenTransport struct {
 	memberlist.NodeAwareTransport
 	key    []byte // the cluster key; nil: gossip is plaintext
 	refuse func(what string, from net.Addr, r *rejection)
@@ -34,10 +34,10 @@ type guardTransport struct {
 	wg      sync.WaitGroup
 }
 
-// newGuardTransport wraps t; stop it with Shutdown, or with detach if t
+// newScreenTransport wraps t; stop it with Shutdown, or with detach if t
 // is to live on.
-func newGuardTransport(t memberlist.NodeAwareTransport, key []byte, refuse func(string, net.Addr, *rejection)) *guardTransport {
-	g := &guardTransport{NodeAwareTransport: t, key: key, refuse: refuse,
+func newScreenTransport(t memberlist.NodeAwareTransport, key []byte, refuse func(string, net.Addr, *rejection)) *screenTransport {
+	g := &screenTransport{NodeAwareTransport: t, key: key, refuse: refuse,
 		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), done: make(chan struct{}),
 		drained: make(chan struct{})}
 	g.wg.Add(2)
@@ -46,10 +46,10 @@ func newGuardTransport(t memberlist.NodeAwareTransport, key []byte, refuse func(
 	return g
 }
 
-func (g *guardTransport) PacketCh() <-chan *memberlist.Packet { return g.packets }
-func (g *guardTransport) StreamCh() <-chan net.Conn           { return g.streams }
+func (g *screenTransport) PacketCh() <-chan *memberlist.Packet { return g.packets }
+func (g *screenTransport) StreamCh() <-chan net.Conn           { return g.streams }
 
-func (g *guardTransport) forwardPackets() {
+func (g *screenTransport) forwardPackets() {
 	defer g.wg.Done()
 	in := g.NodeAwareTransport.PacketCh()
 	for {
@@ -72,7 +72,7 @@ func (g *guardTransport) forwardPackets() {
 	}
 }
 
-func (g *guardTransport) forwardStreams() {
+func (g *screenTransport) forwardStreams() {
 	defer g.wg.Done()
 	in := g.NodeAwareTransport.StreamCh()
 	for {
@@ -93,7 +93,7 @@ func (g *guardTransport) forwardStreams() {
 // drain discards the transport's input until drained is closed: its
 // listeners hand datagrams and streams over unbuffered channels, and its
 // Shutdown waits for them, so one must be read while it closes.
-func (g *guardTransport) drain() {
+func (g *screenTransport) drain() {
 	packets, streams := g.NodeAwareTransport.PacketCh(), g.NodeAwareTransport.StreamCh()
 	for {
 		select {
@@ -106,7 +106,7 @@ func (g *guardTransport) drain() {
 	}
 }
 
-func (g *guardTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+func (g *screenTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	c, err := g.NodeAwareTransport.DialAddressTimeout(a, timeout)
 	if err != nil {
 		return nil, err
@@ -114,19 +114,19 @@ func (g *guardTransport) DialAddressTimeout(a memberlist.Address, timeout time.D
 	return g.check(c), nil
 }
 
-func (g *guardTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+func (g *screenTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	return g.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
-// detach stops the guard's goroutines, leaving the transport open.
-func (g *guardTransport) detach() {
+// detach stops the screen's goroutines, leaving the transport open.
+func (g *screenTransport) detach() {
 	g.stop.Do(func() { close(g.done); close(g.drained) })
 	g.wg.Wait()
 }
 
 // Shutdown stops passing input on, shuts the transport down while its
-// channels are drained, then stops the guard's goroutines.
-func (g *guardTransport) Shutdown() error {
+// channels are drained, then stops the screen's goroutines.
+func (g *screenTransport) Shutdown() error {
 	var err error
 	g.stop.Do(func() {
 		close(g.done)
@@ -137,14 +137,14 @@ func (g *guardTransport) Shutdown() error {
 	return err
 }
 
-func (g *guardTransport) check(c net.Conn) net.Conn { return &checkedConn{Conn: c, g: g} }
+func (g *screenTransport) check(c net.Conn) net.Conn { return &checkedConn{Conn: c, g: g} }
 
 // checkedConn is a stream whose first message is checked before memberlist
 // reads it. A refused stream reads as empty (io.EOF), which memberlist
 // drops without a word. Only memberlist's stream goroutine reads it.
 type checkedConn struct {
 	net.Conn
-	g       *guardTransport
+	g       *screenTransport
 	checked bool
 	err     error  // the check's failure, returned by every Read
 	pending []byte // bytes read for the check, not yet handed on
@@ -171,7 +171,7 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 // (length-prefixed, at most mlMaxStreamPayload, which memberlist would
 // read as well). It returns what it read, or io.EOF once it reported a
 // refusal.
-func (g *guardTransport) readHead(conn net.Conn) ([]byte, error) {
+func (g *screenTransport) readHead(conn net.Conn) ([]byte, error) {
 	head := make([]byte, 1, 5)
 	if _, err := io.ReadFull(conn, head); err != nil {
 		return nil, err
@@ -219,7 +219,7 @@ func (g *guardTransport) readHead(conn net.Conn) ([]byte, error) {
 
 // refuseStream reports r, if any, and turns it into the io.EOF memberlist
 // takes silently.
-func (g *guardTransport) refuseStream(conn net.Conn, r *rejection) error {
+func (g *screenTransport) refuseStream(conn net.Conn, r *rejection) error {
 	if r == nil {
 		return nil
 	}
