@@ -228,11 +228,11 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	// names it just after start). Joins wait for it meanwhile.
 	cpErr := make(chan error, 1)
 	go func() {
+		newEncryption := func() (encryption.XFRM, encryption.Firewall, func(), error) { return deps.newEncryption(cfg) }
 		p, err := controlplane.Start(ctx, controlplane.Config{Addr: cfg.AdvertiseAddr, AdvertiseWait: deps.advertiseWait,
 			GossipPort: cfg.GossipPort, Join: cfg.Join, NodeName: cfg.NodeName, SecretFile: cfg.SecretFile, DeadGrace: cfg.DeadGrace,
 			RestartGrace: cfg.RestartGrace, KeyRotation: cfg.KeyRotation, VXLANPort: cfg.VXLANPort, Transport: deps.gossipTransport,
-			NewEncryption: func() (encryption.XFRM, encryption.Firewall, func(), error) { return deps.newEncryption(cfg) },
-			DB:            db, Engine: engine, Logger: log}, drv)
+			NewEncryption: newEncryption, DB: db, Engine: engine, Logger: log}, drv)
 		if err == nil {
 			plane.Store(p)
 		}
