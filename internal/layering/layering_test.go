@@ -26,7 +26,7 @@ var rules = map[string][]string{
 	// The namespace primitive is a leaf every kernel-facing package uses.
 	"internal/nsthread": {"encryption", "driver", "cluster", "kernel", "firewall", "servicelb"},
 	// Fakes and test harnesses never ship in the binary.
-	"cmd/overlay-plugin": {"kernel/fakekernel", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb",
+	"cmd/overlay-plugin": {"kernel/fakekernel", "kernel/kerneltest", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb",
 		"internal/testns", "internal/testbed"},
 }
 
