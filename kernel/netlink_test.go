@@ -245,6 +245,19 @@ func (hst *host) outside(t *testing.T, sandbox string, ops ...kernel.EntryOp) {
 	}
 }
 
+// deleteLink deletes a device in a sandbox from outside.
+func (hst *host) deleteLink(t *testing.T, sandbox, name string) {
+	t.Helper()
+	_, sh := hst.sandboxNS(t, sandbox)
+	l, err := sh.LinkByName(name)
+	if err == nil {
+		err = sh.LinkDel(l)
+	}
+	if err != nil {
+		t.Fatalf("delete %s in sandbox %s: %v", name, sandbox, err)
+	}
+}
+
 // ---- tests ----
 
 // TestContract: the netlink kernel keeps the rules the fake keeps
@@ -252,7 +265,7 @@ func (hst *host) outside(t *testing.T, sandbox string, ops ...kernel.EntryOp) {
 func TestContract(t *testing.T) {
 	kerneltest.Run(t, func(t *testing.T) kerneltest.Harness {
 		hst := newHost(t)
-		return kerneltest.Harness{K: hst.k, Outside: hst.outside}
+		return kerneltest.Harness{K: hst.k, Outside: hst.outside, Break: hst.deleteLink}
 	})
 }
 
@@ -322,13 +335,6 @@ func TestCreateSandbox(t *testing.T) {
 	hst.assertSandboxes(t)
 	if after := hostLinkNames(t, hst.h); !slices.Equal(before, after) {
 		t.Errorf("host links after delete: %v, want %v", after, before)
-	}
-	if err := hst.k.DeleteSandbox("net1"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Errorf("second DeleteSandbox: %v, want ErrNotFound", err)
-	}
-	// The VNI is free again at once.
-	if err := hst.k.CreateSandbox(spec("net1b", 4242, "198.51.100.1")); err != nil {
-		t.Errorf("re-create with the same VNI: %v", err)
 	}
 }
 
@@ -425,19 +431,6 @@ func TestCreateSandboxFailureLeavesNothing(t *testing.T) {
 	if after := hostLinkNames(t, hst.h); !slices.Equal(before, after) {
 		t.Errorf("host links: %v, want %v", after, before)
 	}
-	// The same VNI on another port, or another family, is fine.
-	if err := hst.k.CreateSandbox(spec("a", 7, "198.51.100.1")); err != nil {
-		t.Fatal(err)
-	}
-	other := spec("b", 7, "198.51.100.1")
-	other.Port = 4790
-	if err := hst.k.CreateSandbox(other); err != nil {
-		t.Errorf("same VNI, other port: %v", err)
-	}
-	if err := hst.k.CreateSandbox(spec("c", 7, "2001:db8:ffff::1")); err != nil {
-		t.Errorf("same VNI and port, IPv6 underlay: %v", err)
-	}
-	hst.assertSandboxes(t, "a", "b", "c")
 }
 
 func TestVeth(t *testing.T) {
@@ -494,9 +487,6 @@ func TestVeth(t *testing.T) {
 	}
 	if _, err := hst.h.LinkByName("ovh-ep1"); err == nil {
 		t.Errorf("host end survives DeleteVeth")
-	}
-	if err := hst.k.DeleteVeth("net", "ovs-ep1"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Errorf("second DeleteVeth: %v, want ErrNotFound", err)
 	}
 
 	// DeleteSandbox takes the veths (and their host ends) with it.

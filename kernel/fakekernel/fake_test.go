@@ -23,6 +23,12 @@ func TestContract(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
+			Break: func(t *testing.T, sandbox, device string) {
+				t.Helper()
+				if err := k.BreakDevice(sandbox, device); err != nil {
+					t.Fatal(err)
+				}
+			},
 			Fail: func(kind kernel.EntryOpKind, err error) {
 				k.SetFault(func(op Op, _ string) error {
 					if op == faultOp[kind] {

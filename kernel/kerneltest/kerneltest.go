@@ -25,6 +25,9 @@ type Harness struct {
 	// Outside applies ops to a sandbox as someone else would (an operator
 	// with ip or bridge): Watch reports them, unlike Program's.
 	Outside func(t *testing.T, sandbox string, ops ...kernel.EntryOp)
+	// Break deletes a device (kernel.BridgeName or kernel.VXLANName) of
+	// a sandbox as someone else would.
+	Break func(t *testing.T, sandbox, device string)
 	// Fail, if not nil, makes every op of kind fail with err from now on;
 	// a nil err ends it. Only a fake can.
 	Fail func(kind kernel.EntryOpKind, err error)
@@ -42,6 +45,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"BadOps", BadOps},
 		{"MissingSandbox", MissingSandbox},
 		{"Watch", Watch},
+		{"Repair", Repair},
 		{"Faults", Faults},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newHarness(t)) })
@@ -491,4 +495,50 @@ func Faults(t *testing.T, h Harness) {
 	h.Fail(kernel.OpAddFDB, nil)
 	Program(t, k, sb, ops...)
 	MustEntries(t, k, sb, []kernel.Neighbor{{IP: ip, MAC: mac}}, []kernel.FDBEntry{{MAC: mac, VTEP: V1}, {VTEP: V1}})
+}
+
+// Repair checks RepairSandbox against devices deleted from outside: a
+// lost VXLAN device takes its entries and is rebuilt empty, a lost
+// bridge is rebuilt with every port put back on it; with nothing wrong
+// it does nothing.
+func Repair(t *testing.T, h Harness) {
+	k := h.K
+	const sb = "repair"
+	sp := Spec(sb, 305, Local)
+	must(t, k.CreateSandbox(sp))
+	must(t, k.AddVeth(sb, kernel.Veth{HostName: "ovh-r1", SandboxName: "ovs-r1", MTU: 1450}))
+	ip, mac := netip.MustParseAddr("203.0.113.2"), hwaddr.MAC{2, 0x42, 0, 0, 0, 1}
+	Program(t, k, sb, SetNeighbor(ip, mac))
+	repair := func(want ...kernel.Repair) {
+		t.Helper()
+		got, err := k.RepairSandbox(sp)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("RepairSandbox = %+v, %v; want %+v", got, err, want)
+		}
+	}
+	repair()
+
+	h.Break(t, sb, kernel.VXLANName)
+	if _, err := k.Neighbors(sb); !errors.Is(err, kernel.ErrNotFound) {
+		t.Errorf("Neighbors without %s: %v, want ErrNotFound (not an empty list)", kernel.VXLANName, err)
+	}
+	if errs := k.Program(sb, []kernel.EntryOp{SetNeighbor(ip, mac)}); len(errs) != 1 || !errors.Is(errs[0], kernel.ErrNotFound) {
+		t.Errorf("Program without %s: %v, want ErrNotFound", kernel.VXLANName, errs)
+	}
+	if info, err := k.Inspect(sb); err != nil || info.Spec.VNI != 0 || info.Spec.MTU != sp.MTU {
+		t.Errorf("Inspect without %s: %+v, %v; want no VNI, the bridge's MTU", kernel.VXLANName, info, err)
+	}
+	repair(kernel.Repair{Device: kernel.VXLANName, Problem: "missing", Rebuilt: true})
+	MustEntries(t, k, sb, nil, nil)
+	Program(t, k, sb, SetNeighbor(ip, mac))
+
+	h.Break(t, sb, kernel.BridgeName)
+	repair(kernel.Repair{Device: kernel.BridgeName, Problem: "missing", Rebuilt: true},
+		kernel.Repair{Device: "ovs-r1", Problem: "not on the bridge"},
+		kernel.Repair{Device: kernel.VXLANName, Problem: "not on the bridge"})
+	MustEntries(t, k, sb, []kernel.Neighbor{{IP: ip, MAC: mac}}, nil)
+	if info, err := k.Inspect(sb); err != nil || info.Spec != sp {
+		t.Errorf("Inspect after repair: %+v, %v; want spec %+v", info, err, sp)
+	}
+	repair()
 }
