@@ -3,7 +3,8 @@
 // VXLAN device), veth pairs for containers, and the static neighbour and FDB
 // entries that steer traffic to remote VTEPs. The driver never touches
 // netlink directly; it programs through Kernel, so tests can substitute the
-// in-memory fake in kernel/fakekernel.
+// in-memory fake in kernel/fakekernel, which kernel/kerneltest holds to
+// the netlink implementation's behaviour.
 //
 // Every method is safe to call from several goroutines at once for
 // different sandboxes. Calls for one sandbox are serialised by the caller
