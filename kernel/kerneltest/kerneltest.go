@@ -500,7 +500,7 @@ func Faults(t *testing.T, h Harness) {
 // Repair checks RepairSandbox against devices deleted from outside: a
 // lost VXLAN device takes its entries and is rebuilt empty, a lost
 // bridge is rebuilt with every port put back on it; with nothing wrong
-// it does nothing.
+// it does nothing. Watch reports the losses and the rebuilt device.
 func Repair(t *testing.T, h Harness) {
 	k := h.K
 	const sb = "repair"
@@ -517,8 +517,28 @@ func Repair(t *testing.T, h Harness) {
 		}
 	}
 	repair()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, err := k.Watch(ctx, sb)
+	must(t, err)
+	// device waits for the event of the device's change.
+	device := func(what, name string, deleted, broken bool) {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case e := <-events:
+				if e.Kind == kernel.EventDevice && e.Device == name && e.Deleted == deleted && e.Broken == broken {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no event: %s", what)
+			}
+		}
+	}
 
 	h.Break(t, sb, kernel.VXLANName)
+	device("vxlan0 deleted", kernel.VXLANName, true, true)
 	if _, err := k.Neighbors(sb); !errors.Is(err, kernel.ErrNotFound) {
 		t.Errorf("Neighbors without %s: %v, want ErrNotFound (not an empty list)", kernel.VXLANName, err)
 	}
@@ -529,10 +549,12 @@ func Repair(t *testing.T, h Harness) {
 		t.Errorf("Inspect without %s: %+v, %v; want no VNI, the bridge's MTU", kernel.VXLANName, info, err)
 	}
 	repair(kernel.Repair{Device: kernel.VXLANName, Problem: "missing", Rebuilt: true})
+	device("vxlan0 rebuilt", kernel.VXLANName, false, false)
 	MustEntries(t, k, sb, nil, nil)
 	Program(t, k, sb, SetNeighbor(ip, mac))
 
 	h.Break(t, sb, kernel.BridgeName)
+	device("br0 deleted", kernel.BridgeName, true, true)
 	repair(kernel.Repair{Device: kernel.BridgeName, Problem: "missing", Rebuilt: true},
 		kernel.Repair{Device: "ovs-r1", Problem: "not on the bridge"},
 		kernel.Repair{Device: kernel.VXLANName, Problem: "not on the bridge"})
