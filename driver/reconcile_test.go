@@ -15,6 +15,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/kerneltest"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
@@ -157,17 +158,17 @@ func TestDriftRepairedOnEvents(t *testing.T) {
 			do   func() error
 			kind string
 		}{
-			{"neighbour deleted", func() error { return k.DeleteNeighbor("n1", p.IPs[0]) }, RepairNeighborAdded},
+			{"neighbour deleted", func() error { return k.OutsideChange("n1", kerneltest.DeleteNeighbor(p.IPs[0])) }, RepairNeighborAdded},
 			{"neighbour changed", func() error {
-				return k.SetNeighbor("n1", kernel.Neighbor{IP: p.IPs[0], MAC: hwaddrMust("02:00:00:00:00:99")})
+				return k.OutsideChange("n1", kerneltest.SetNeighbor(p.IPs[0], hwaddrMust("02:00:00:00:00:99")))
 			}, RepairNeighborReplaced},
 			{"neighbour added", func() error {
-				return k.SetNeighbor("n1", kernel.Neighbor{IP: netip.MustParseAddr("10.1.0.99"), MAC: p.MAC})
+				return k.OutsideChange("n1", kerneltest.SetNeighbor(netip.MustParseAddr("10.1.0.99"), p.MAC))
 			}, RepairNeighborRemoved},
-			{"FDB entry deleted", func() error { return k.DeleteFDB("n1", kernel.FDBEntry{MAC: p.MAC, VTEP: p.VTEP}) }, RepairFDBAdded},
-			{"FDB entry pointed elsewhere", func() error { return k.AddFDB("n1", stranger) }, RepairFDBReplaced},
+			{"FDB entry deleted", func() error { return k.OutsideChange("n1", kerneltest.DeleteFDB(p.MAC, p.VTEP)) }, RepairFDBAdded},
+			{"FDB entry pointed elsewhere", func() error { return k.OutsideChange("n1", kerneltest.AddFDB(stranger.MAC, stranger.VTEP)) }, RepairFDBReplaced},
 			{"FDB entry added", func() error {
-				return k.AddFDB("n1", kernel.FDBEntry{MAC: hwaddrMust("02:00:00:00:00:77"), VTEP: p.VTEP})
+				return k.OutsideChange("n1", kerneltest.AddFDB(hwaddrMust("02:00:00:00:00:77"), p.VTEP))
 			}, RepairFDBRemoved},
 			{"vxlan0 deleted", func() error { return k.BreakDevice("n1", kernel.VXLANName) }, RepairDeviceRebuilt},
 			{"bridge deleted", func() error { return k.BreakDevice("n1", kernel.BridgeName) }, RepairDeviceFixed},

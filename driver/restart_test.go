@@ -9,6 +9,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/kerneltest"
 )
 
 // TestRestartResumes stops a driver with joined endpoints and starts a new
@@ -105,8 +106,7 @@ func TestResyncRepairsOutsideChanges(t *testing.T) {
 	p := remotePeer("r1", "10.1.0.50", "02:00:00:00:00:50", "198.51.100.2")
 	must(t, d.AddPeer("n1", p))
 	// Someone deletes our entry and adds one of theirs.
-	must(t, k.DeleteNeighbor("n1", p.IPs[0]))
-	must(t, k.SetNeighbor("n1", kernel.Neighbor{IP: netip.MustParseAddr("10.1.0.99"), MAC: p.MAC}))
+	must(t, k.OutsideChange("n1", kerneltest.DeleteNeighbor(p.IPs[0]), kerneltest.SetNeighbor(netip.MustParseAddr("10.1.0.99"), p.MAC)))
 	added, removed, err := d.Resync()
 	must(t, err)
 	sb := k.Snapshot()["n1"]

@@ -17,6 +17,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/kerneltest"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
@@ -61,22 +62,6 @@ func (x *exclusiveKernel) AddVeth(sb string, v kernel.Veth) error {
 func (x *exclusiveKernel) DeleteVeth(sb, n string) error {
 	defer x.enter(sb)()
 	return x.Kernel.DeleteVeth(sb, n)
-}
-func (x *exclusiveKernel) SetNeighbor(sb string, n kernel.Neighbor) error {
-	defer x.enter(sb)()
-	return x.Kernel.SetNeighbor(sb, n)
-}
-func (x *exclusiveKernel) DeleteNeighbor(sb string, ip netip.Addr) error {
-	defer x.enter(sb)()
-	return x.Kernel.DeleteNeighbor(sb, ip)
-}
-func (x *exclusiveKernel) AddFDB(sb string, e kernel.FDBEntry) error {
-	defer x.enter(sb)()
-	return x.Kernel.AddFDB(sb, e)
-}
-func (x *exclusiveKernel) DeleteFDB(sb string, e kernel.FDBEntry) error {
-	defer x.enter(sb)()
-	return x.Kernel.DeleteFDB(sb, e)
 }
 func (x *exclusiveKernel) Program(sb string, ops []kernel.EntryOp) []error {
 	defer x.enter(sb)()
@@ -176,7 +161,7 @@ func TestConcurrentOperationsKeepInvariants(t *testing.T) {
 					case 1:
 						_ = fake.BreakDevice(n, kernel.BridgeName)
 					default:
-						_ = fake.DeleteNeighbor(n, netip.AddrFrom4([4]byte{10, 1, 0, byte(10 + r.IntN(12))}))
+						_ = fake.OutsideChange(n, kerneltest.DeleteNeighbor(netip.AddrFrom4([4]byte{10, 1, 0, byte(10 + r.IntN(12))})))
 					}
 				}
 			}

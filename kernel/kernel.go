@@ -3,7 +3,8 @@
 // VXLAN device), veth pairs for containers, and the static neighbour and FDB
 // entries that steer traffic to remote VTEPs. The driver never touches
 // netlink directly; it programs through Kernel, so tests can substitute the
-// in-memory fake in kernel/fakekernel.
+// in-memory fake in kernel/fakekernel, which kernel/kerneltest holds to
+// the netlink implementation's behaviour.
 //
 // Every method is safe to call from several goroutines at once for
 // different sandboxes. Calls for one sandbox are serialised by the caller
@@ -193,18 +194,19 @@ type Kernel interface {
 	// DeleteVeth deletes the pair by its sandbox end.
 	DeleteVeth(sandbox, sandboxName string) error
 
-	// SetNeighbor adds or replaces the entry for n.IP.
-	SetNeighbor(sandbox string, n Neighbor) error
-	DeleteNeighbor(sandbox string, ip netip.Addr) error
-	// AddFDB adds (appends, for the zero MAC) an entry; adding one that
-	// exists is not an error.
-	AddFDB(sandbox string, e FDBEntry) error
-	DeleteFDB(sandbox string, e FDBEntry) error
-	// Program applies ops in order, as the calls above would, many at a
-	// time: the way to program a batch of peers. It returns nil when every
-	// op succeeded, else an error per op (nil where it succeeded): each
-	// failure is reported, the others are applied. Deleting an entry that
-	// is not there may succeed rather than fail with ErrNotFound.
+	// Program applies ops, neighbour and FDB changes of the sandbox's
+	// VXLAN device, in order and many at a time: the one way to write
+	// entries. It returns nil when every op succeeded, else an error per
+	// op (nil where it succeeded): each failure is reported, the others
+	// are applied. Setting a neighbour replaces the entry of its IP;
+	// adding a unicast FDB entry replaces its MAC's destination, adding a
+	// flood (zero MAC) one appends a destination; adding what is there
+	// already succeeds. Deleting an entry that is not there succeeds too,
+	// as the kernel's own delete of a MAC's other destination does: the
+	// end state is what was asked; an FDB delete removes exactly its
+	// (MAC, VTEP). An op with an invalid IP or VTEP (or the unspecified
+	// VTEP) fails alone. A missing sandbox or VXLAN device is ErrNotFound
+	// for every op.
 	Program(sandbox string, ops []EntryOp) []error
 
 	// Neighbors and FDB list the entries on the sandbox VXLAN device that
@@ -214,38 +216,38 @@ type Kernel interface {
 	FDB(sandbox string) ([]FDBEntry, error)
 }
 
-// EntryCalls are Kernel's single-entry calls.
-type EntryCalls interface {
-	SetNeighbor(sandbox string, n Neighbor) error
-	DeleteNeighbor(sandbox string, ip netip.Addr) error
-	AddFDB(sandbox string, e FDBEntry) error
-	DeleteFDB(sandbox string, e FDBEntry) error
+// EntryOpKind says what an EntryOp does.
+type EntryOpKind uint8
+
+const (
+	OpSetNeighbor EntryOpKind = iota + 1
+	OpDeleteNeighbor
+	OpAddFDB
+	OpDeleteFDB
+)
+
+func isFDBOp(k EntryOpKind) bool { return k == OpAddFDB || k == OpDeleteFDB }
+
+func isDeleteOp(k EntryOpKind) bool { return k == OpDeleteNeighbor || k == OpDeleteFDB }
+
+// EntryOp is one change for Program: Neighbor for the neighbour kinds (a
+// delete uses only its IP), FDB for the FDB kinds.
+type EntryOp struct {
+	Kind     EntryOpKind
+	Neighbor Neighbor
+	FDB      FDBEntry
 }
 
-// ProgramEach is Program done with k's single calls, one op at a time:
-// for implementations (and wrappers) with no faster way.
-func ProgramEach(k EntryCalls, sandbox string, ops []EntryOp) []error {
-	var errs []error
-	for i, op := range ops {
-		var err error
-		switch op.Kind {
-		case OpSetNeighbor:
-			err = k.SetNeighbor(sandbox, op.Neighbor)
-		case OpDeleteNeighbor:
-			err = k.DeleteNeighbor(sandbox, op.Neighbor.IP)
-		case OpAddFDB:
-			err = k.AddFDB(sandbox, op.FDB)
-		case OpDeleteFDB:
-			err = k.DeleteFDB(sandbox, op.FDB)
-		default:
-			err = fmt.Errorf("unknown entry op %d", op.Kind)
-		}
-		if err != nil {
-			if errs == nil {
-				errs = make([]error, len(ops))
-			}
-			errs[i] = err
-		}
+func (o *EntryOp) String() string {
+	switch o.Kind {
+	case OpSetNeighbor:
+		return fmt.Sprintf("set neighbour %s lladdr %s", o.Neighbor.IP, o.Neighbor.MAC)
+	case OpDeleteNeighbor:
+		return fmt.Sprintf("delete neighbour %s", o.Neighbor.IP)
+	case OpAddFDB:
+		return fmt.Sprintf("add fdb %s dst %s", o.FDB.MAC, o.FDB.VTEP)
+	case OpDeleteFDB:
+		return fmt.Sprintf("delete fdb %s dst %s", o.FDB.MAC, o.FDB.VTEP)
 	}
-	return errs
+	return fmt.Sprintf("entry op %d", o.Kind)
 }

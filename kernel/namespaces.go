@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -45,40 +44,17 @@ func openSandbox(name, path string) (*sandbox, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("sandbox %q: open netlink socket in namespace: %w", name, err)
 	}
-	raw, err := newRawSocket(netns.NsHandle(fd))
-	if err != nil {
-		h.Close()
-		unix.Close(fd)
-		return nil, fmt.Errorf("sandbox %q: open netlink socket in namespace: %w", name, err)
-	}
 	pipe, err := newPipeline(netns.NsHandle(fd))
 	if err != nil {
-		raw.Close()
 		h.Close()
 		unix.Close(fd)
 		return nil, fmt.Errorf("sandbox %q: open netlink socket in namespace: %w", name, err)
 	}
-	return &sandbox{name: name, fd: fd, dev: st.Dev, ino: st.Ino, h: h, raw: raw, pipe: pipe}, nil
-}
-
-func newRawSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
-	s, err := nsthread.Open(ns, func() (*nl.NetlinkSocket, error) {
-		return nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
-	})
-	if err != nil {
-		return nil, err
-	}
-	tv := unix.NsecToTimeval(netlinkTimeout.Nanoseconds())
-	if err := errors.Join(s.SetSendTimeout(&tv), s.SetReceiveTimeout(&tv)); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return &nl.SocketHandle{Socket: s}, nil
+	return &sandbox{name: name, fd: fd, dev: st.Dev, ino: st.Ino, h: h, pipe: pipe}, nil
 }
 
 func (sb *sandbox) close() {
 	sb.h.Close()
-	sb.raw.Close()
 	sb.pipe.close()
 	unix.Close(sb.fd)
 }

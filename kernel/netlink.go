@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -88,10 +87,7 @@ type sandbox struct {
 	fd       int    // the namespace (nsfs) file, O_RDONLY
 	dev, ino uint64 // identity of the namespace, to detect a replaced mount
 	h        *netlink.Handle
-	// raw is a second rtnetlink socket in the namespace for requests the
-	// netlink package has no call for (FDB get).
-	raw *nl.SocketHandle
-	// pipe is a third one, for Program.
+	// pipe is a second rtnetlink socket in the namespace, for Program.
 	pipe *pipeline
 	// vxlanIndex caches the ifindex of VXLANName inside the sandbox; 0 means
 	// not looked up yet.

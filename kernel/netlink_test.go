@@ -27,6 +27,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/internal/testns"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/kerneltest"
 )
 
 // ---- root namespace guard ----
@@ -210,7 +211,63 @@ func mustMAC(s string) hwaddr.MAC {
 
 func linkUp(l netlink.Link) bool { return l.Attrs().Flags&net.FlagUp != 0 }
 
+// outside applies ops in a sandbox through a socket of the test's own, as
+// an operator's ip or bridge would: Watch reports them.
+func (hst *host) outside(t *testing.T, sandbox string, ops ...kernel.EntryOp) {
+	t.Helper()
+	_, sh := hst.sandboxNS(t, sandbox)
+	l, err := sh.LinkByName(kernel.VXLANName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		nb := &netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT}
+		if op.Kind == kernel.OpSetNeighbor || op.Kind == kernel.OpDeleteNeighbor {
+			nb.IP, nb.HardwareAddr, nb.Family = op.Neighbor.IP.AsSlice(), op.Neighbor.MAC.HardwareAddr(), unix.AF_INET6
+			if op.Neighbor.IP.Is4() {
+				nb.Family = unix.AF_INET
+			}
+		} else {
+			nb.IP, nb.HardwareAddr = op.FDB.VTEP.AsSlice(), op.FDB.MAC.HardwareAddr()
+			nb.Family, nb.Flags = unix.AF_BRIDGE, netlink.NTF_SELF
+		}
+		switch {
+		case op.Kind == kernel.OpAddFDB && op.FDB.MAC.IsZero():
+			err = sh.NeighAppend(nb)
+		case op.Kind == kernel.OpSetNeighbor || op.Kind == kernel.OpAddFDB:
+			err = sh.NeighSet(nb)
+		default:
+			err = sh.NeighDel(nb)
+		}
+		if err != nil {
+			t.Fatalf("outside: %v: %v", &op, err)
+		}
+	}
+}
+
+// deleteLink deletes a device in a sandbox from outside.
+func (hst *host) deleteLink(t *testing.T, sandbox, name string) {
+	t.Helper()
+	_, sh := hst.sandboxNS(t, sandbox)
+	l, err := sh.LinkByName(name)
+	if err == nil {
+		err = sh.LinkDel(l)
+	}
+	if err != nil {
+		t.Fatalf("delete %s in sandbox %s: %v", name, sandbox, err)
+	}
+}
+
 // ---- tests ----
+
+// TestContract: the netlink kernel keeps the rules the fake keeps
+// (kernel/fakekernel runs the same suite against it).
+func TestContract(t *testing.T) {
+	kerneltest.Run(t, func(t *testing.T) kerneltest.Harness {
+		hst := newHost(t)
+		return kerneltest.Harness{K: hst.k, Outside: hst.outside, Break: hst.deleteLink}
+	})
+}
 
 func TestCreateSandbox(t *testing.T) {
 	hst := newHost(t)
@@ -268,8 +325,8 @@ func TestCreateSandbox(t *testing.T) {
 		t.Errorf("first sandbox damaged: %v", err)
 	}
 	hst.assertSandboxes(t, "net1")
-	if err := hst.k.SetNeighbor("net1", kernel.Neighbor{IP: netip.MustParseAddr("203.0.113.9"), MAC: mustMAC("02:00:00:00:00:09")}); err != nil {
-		t.Errorf("SetNeighbor after duplicate create: %v", err)
+	if errs := hst.k.Program("net1", []kernel.EntryOp{kerneltest.SetNeighbor(netip.MustParseAddr("203.0.113.9"), mustMAC("02:00:00:00:00:09"))}); errs != nil {
+		t.Errorf("Program after duplicate create: %v", errs)
 	}
 
 	if err := hst.k.DeleteSandbox("net1"); err != nil {
@@ -278,13 +335,6 @@ func TestCreateSandbox(t *testing.T) {
 	hst.assertSandboxes(t)
 	if after := hostLinkNames(t, hst.h); !slices.Equal(before, after) {
 		t.Errorf("host links after delete: %v, want %v", after, before)
-	}
-	if err := hst.k.DeleteSandbox("net1"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Errorf("second DeleteSandbox: %v, want ErrNotFound", err)
-	}
-	// The VNI is free again at once.
-	if err := hst.k.CreateSandbox(spec("net1b", 4242, "198.51.100.1")); err != nil {
-		t.Errorf("re-create with the same VNI: %v", err)
 	}
 }
 
@@ -324,34 +374,19 @@ func TestNewNetlinkDefaultsToCurrentNamespace(t *testing.T) {
 	}
 }
 
-func TestSandboxNotFound(t *testing.T) {
+// TestBadSandboxNames: names that are no file name in the sandbox
+// directory are refused, and a call on a missing sandbox leaves nothing
+// in the host (kerneltest.MissingSandbox checks its errors).
+func TestBadSandboxNames(t *testing.T) {
 	hst := newHost(t)
 	k := hst.k
-	ip := netip.MustParseAddr("203.0.113.1")
-	e := kernel.FDBEntry{MAC: mustMAC("02:00:00:00:00:01"), VTEP: netip.MustParseAddr("198.51.100.2")}
-	for name, err := range map[string]error{
-		"DeleteSandbox":  k.DeleteSandbox("nope"),
-		"AddVeth":        k.AddVeth("nope", kernel.Veth{HostName: "ovh-x", SandboxName: "ovs-x"}),
-		"DeleteVeth":     k.DeleteVeth("nope", "ovs-x"),
-		"SetNeighbor":    k.SetNeighbor("nope", kernel.Neighbor{IP: ip}),
-		"DeleteNeighbor": k.DeleteNeighbor("nope", ip),
-		"AddFDB":         k.AddFDB("nope", e),
-		"DeleteFDB":      k.DeleteFDB("nope", e),
-	} {
-		if !errors.Is(err, kernel.ErrNotFound) {
-			t.Errorf("%s on missing sandbox: %v, want ErrNotFound", name, err)
-		}
-	}
-	if _, err := k.Neighbors("nope"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Errorf("Neighbors: %v", err)
-	}
-	if _, err := k.FDB("nope"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Errorf("FDB: %v", err)
-	}
 	for _, bad := range []string{"", ".", "..", "a/b"} {
 		if err := k.CreateSandbox(spec(bad, 5, "198.51.100.1")); err == nil {
 			t.Errorf("CreateSandbox(%q) succeeded", bad)
 		}
+	}
+	if err := k.AddVeth("nope", kernel.Veth{HostName: "ovh-x", SandboxName: "ovs-x"}); !errors.Is(err, kernel.ErrNotFound) {
+		t.Errorf("AddVeth on a missing sandbox: %v, want ErrNotFound", err)
 	}
 	if _, err := hst.h.LinkByName("ovh-x"); err == nil {
 		t.Errorf("AddVeth on a missing sandbox left a host link")
@@ -396,19 +431,6 @@ func TestCreateSandboxFailureLeavesNothing(t *testing.T) {
 	if after := hostLinkNames(t, hst.h); !slices.Equal(before, after) {
 		t.Errorf("host links: %v, want %v", after, before)
 	}
-	// The same VNI on another port, or another family, is fine.
-	if err := hst.k.CreateSandbox(spec("a", 7, "198.51.100.1")); err != nil {
-		t.Fatal(err)
-	}
-	other := spec("b", 7, "198.51.100.1")
-	other.Port = 4790
-	if err := hst.k.CreateSandbox(other); err != nil {
-		t.Errorf("same VNI, other port: %v", err)
-	}
-	if err := hst.k.CreateSandbox(spec("c", 7, "2001:db8:ffff::1")); err != nil {
-		t.Errorf("same VNI and port, IPv6 underlay: %v", err)
-	}
-	hst.assertSandboxes(t, "a", "b", "c")
 }
 
 func TestVeth(t *testing.T) {
@@ -466,9 +488,6 @@ func TestVeth(t *testing.T) {
 	if _, err := hst.h.LinkByName("ovh-ep1"); err == nil {
 		t.Errorf("host end survives DeleteVeth")
 	}
-	if err := hst.k.DeleteVeth("net", "ovs-ep1"); !errors.Is(err, kernel.ErrNotFound) {
-		t.Errorf("second DeleteVeth: %v, want ErrNotFound", err)
-	}
 
 	// DeleteSandbox takes the veths (and their host ends) with it.
 	if err := hst.k.AddVeth("net", kernel.Veth{HostName: "ovh-ep4", SandboxName: "ovs-ep4", MTU: 1450}); err != nil {
@@ -479,115 +498,6 @@ func TestVeth(t *testing.T) {
 	}
 	if _, err := hst.h.LinkByName("ovh-ep4"); err == nil {
 		t.Errorf("host end survives DeleteSandbox")
-	}
-	hst.assertSandboxes(t)
-}
-
-func sortedNeigh(ns []kernel.Neighbor) []string {
-	var out []string
-	for _, n := range ns {
-		out = append(out, n.IP.String()+"="+n.MAC.String())
-	}
-	slices.Sort(out)
-	return out
-}
-
-func sortedFDB(es []kernel.FDBEntry) []string {
-	var out []string
-	for _, e := range es {
-		out = append(out, e.MAC.String()+">"+e.VTEP.String())
-	}
-	slices.Sort(out)
-	return out
-}
-
-func TestNeighborsAndFDB(t *testing.T) {
-	hst := newHost(t)
-	for i, tc := range []struct {
-		name, local  string
-		vtep1, vtep2 string
-	}{
-		{"ipv4-underlay", "198.51.100.1", "198.51.100.2", "198.51.100.3"},
-		{"ipv6-underlay", "2001:db8:ffff::1", "2001:db8:ffff::2", "2001:db8:ffff::3"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			k := hst.k
-			sb := tc.name
-			if err := k.CreateSandbox(spec(sb, uint32(200+i), tc.local)); err != nil {
-				t.Fatal(err)
-			}
-			// A port on the bridge, so the bridge has FDB entries of its own.
-			if err := k.AddVeth(sb, kernel.Veth{HostName: fmt.Sprintf("ovh-n%d", i), SandboxName: "ovs-n",
-				MAC: mustMAC("02:42:00:00:00:01"), MTU: 1450}); err != nil {
-				t.Fatal(err)
-			}
-			v1, v2 := netip.MustParseAddr(tc.vtep1), netip.MustParseAddr(tc.vtep2)
-			macA, macB := mustMAC("02:42:0a:00:00:02"), mustMAC("02:42:0a:00:00:03")
-			ip4, ip6 := netip.MustParseAddr("203.0.113.2"), netip.MustParseAddr("2001:db8:1::2")
-			ip4b := netip.MustParseAddr("203.0.113.3")
-
-			must := func(err error) {
-				t.Helper()
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			must(k.SetNeighbor(sb, kernel.Neighbor{IP: ip4, MAC: macB}))
-			must(k.SetNeighbor(sb, kernel.Neighbor{IP: ip4, MAC: macA})) // replace
-			must(k.SetNeighbor(sb, kernel.Neighbor{IP: ip6, MAC: macA}))
-			must(k.SetNeighbor(sb, kernel.Neighbor{IP: ip4b, MAC: macB}))
-			must(k.AddFDB(sb, kernel.FDBEntry{MAC: macA, VTEP: v2}))
-			must(k.AddFDB(sb, kernel.FDBEntry{MAC: macA, VTEP: v1})) // replace
-			must(k.AddFDB(sb, kernel.FDBEntry{MAC: macA, VTEP: v1})) // again: not an error
-			must(k.AddFDB(sb, kernel.FDBEntry{MAC: macB, VTEP: v2}))
-			must(k.AddFDB(sb, kernel.FDBEntry{VTEP: v1})) // flood entries coexist
-			must(k.AddFDB(sb, kernel.FDBEntry{VTEP: v2}))
-			must(k.AddFDB(sb, kernel.FDBEntry{VTEP: v2})) // again: not an error
-
-			check := func(wantN []kernel.Neighbor, wantF []kernel.FDBEntry) {
-				t.Helper()
-				gotN, err := k.Neighbors(sb)
-				must(err)
-				if g, w := sortedNeigh(gotN), sortedNeigh(wantN); !slices.Equal(g, w) {
-					t.Errorf("Neighbors = %v, want %v", g, w)
-				}
-				gotF, err := k.FDB(sb)
-				must(err)
-				if g, w := sortedFDB(gotF), sortedFDB(wantF); !slices.Equal(g, w) {
-					t.Errorf("FDB = %v, want %v", g, w)
-				}
-			}
-			check([]kernel.Neighbor{{IP: ip4, MAC: macA}, {IP: ip6, MAC: macA}, {IP: ip4b, MAC: macB}},
-				[]kernel.FDBEntry{{MAC: macA, VTEP: v1}, {MAC: macB, VTEP: v2}, {VTEP: v1}, {VTEP: v2}})
-
-			must(k.DeleteNeighbor(sb, ip6))
-			must(k.DeleteFDB(sb, kernel.FDBEntry{VTEP: v2})) // not the first flood destination
-			if err := k.DeleteFDB(sb, kernel.FDBEntry{MAC: macB, VTEP: v1}); !errors.Is(err, kernel.ErrNotFound) {
-				t.Errorf("DeleteFDB with the wrong VTEP: %v, want ErrNotFound", err)
-			}
-			check([]kernel.Neighbor{{IP: ip4, MAC: macA}, {IP: ip4b, MAC: macB}},
-				[]kernel.FDBEntry{{MAC: macA, VTEP: v1}, {MAC: macB, VTEP: v2}, {VTEP: v1}})
-
-			if err := k.DeleteNeighbor(sb, ip6); !errors.Is(err, kernel.ErrNotFound) {
-				t.Errorf("DeleteNeighbor of a missing entry: %v, want ErrNotFound", err)
-			}
-			if err := k.DeleteFDB(sb, kernel.FDBEntry{VTEP: v2}); !errors.Is(err, kernel.ErrNotFound) {
-				t.Errorf("DeleteFDB of a missing flood entry: %v, want ErrNotFound", err)
-			}
-			if err := k.DeleteFDB(sb, kernel.FDBEntry{MAC: mustMAC("02:00:00:00:00:99"), VTEP: v1}); !errors.Is(err, kernel.ErrNotFound) {
-				t.Errorf("DeleteFDB of a missing MAC: %v, want ErrNotFound", err)
-			}
-			must(k.DeleteNeighbor(sb, ip4))
-			must(k.DeleteNeighbor(sb, ip4b))
-			must(k.DeleteFDB(sb, kernel.FDBEntry{MAC: macA, VTEP: v1}))
-			must(k.DeleteFDB(sb, kernel.FDBEntry{MAC: macB, VTEP: v2}))
-			must(k.DeleteFDB(sb, kernel.FDBEntry{VTEP: v1}))
-			if err := k.DeleteFDB(sb, kernel.FDBEntry{VTEP: v1}); !errors.Is(err, kernel.ErrNotFound) {
-				t.Errorf("DeleteFDB of the last flood entry again: %v, want ErrNotFound", err)
-			}
-			check(nil, nil)
-			must(k.DeleteSandbox(sb))
-		})
 	}
 	hst.assertSandboxes(t)
 }
@@ -605,15 +515,11 @@ func TestRemoveLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	adoptedFDB := kernel.FDBEntry{MAC: hwaddr.MAC{2, 0, 0, 0, 0, 9}, VTEP: netip.MustParseAddr("198.51.100.3")}
-	if err := hst.k.AddFDB("adopted", adoptedFDB); err != nil {
-		t.Fatal(err)
-	}
+	kerneltest.Program(t, hst.k, "adopted", kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: adoptedFDB})
 	if err := hst.k.AddVeth("old", kernel.Veth{HostName: "ovh-old", SandboxName: "ovs-old", MTU: 1450}); err != nil {
 		t.Fatal(err)
 	}
-	if err := hst.k.AddFDB("old", kernel.FDBEntry{VTEP: netip.MustParseAddr("198.51.100.2")}); err != nil {
-		t.Fatal(err)
-	}
+	kerneltest.Program(t, hst.k, "old", kerneltest.AddFDB(hwaddr.MAC{}, netip.MustParseAddr("198.51.100.2")))
 	// A half-made sandbox: a mount point file without a mount.
 	if err := os.WriteFile(filepath.Join(hst.dir, "half"), nil, 0o444); err != nil {
 		t.Fatal(err)
@@ -667,8 +573,8 @@ func TestRemoveLeftovers(t *testing.T) {
 	if err := k2.CreateSandbox(spec("new2", 301, "198.51.100.1")); err != nil {
 		t.Errorf("re-use VNI of removed host VXLAN device: %v", err)
 	}
-	if err := hst.k.AddFDB("old", kernel.FDBEntry{VTEP: netip.MustParseAddr("198.51.100.2")}); !errors.Is(err, kernel.ErrNotFound) {
-		t.Errorf("old instance on a removed sandbox: %v, want ErrNotFound", err)
+	if errs := hst.k.Program("old", []kernel.EntryOp{kerneltest.AddFDB(hwaddr.MAC{}, netip.MustParseAddr("198.51.100.2"))}); len(errs) != 1 || !errors.Is(errs[0], kernel.ErrNotFound) {
+		t.Errorf("old instance on a removed sandbox: %v, want ErrNotFound", errs)
 	}
 	if err := k2.RemoveLeftovers(nil); err != nil {
 		t.Fatal(err)
@@ -695,10 +601,10 @@ func TestConcurrentSandboxes(t *testing.T) {
 				}
 				for j := range 20 {
 					mac := hwaddr.MAC{0x02, 0, 0, 0, byte(i), byte(j)}
-					if err := hst.k.AddFDB(name, kernel.FDBEntry{MAC: mac, VTEP: netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + j)})}); err != nil {
-						return err
-					}
-					if err := hst.k.SetNeighbor(name, kernel.Neighbor{IP: netip.AddrFrom4([4]byte{203, 0, 113, byte(j + 1)}), MAC: mac}); err != nil {
+					if err := errors.Join(hst.k.Program(name, []kernel.EntryOp{
+						kerneltest.AddFDB(mac, netip.AddrFrom4([4]byte{198, 51, 100, byte(2 + j)})),
+						kerneltest.SetNeighbor(netip.AddrFrom4([4]byte{203, 0, 113, byte(j + 1)}), mac),
+					})...); err != nil {
 						return err
 					}
 				}
@@ -849,17 +755,11 @@ func TestDataPath(t *testing.T) {
 			// Each side learns the other's endpoint, as the driver would.
 			for i, hst := range hosts {
 				peer := hosts[1-i]
+				var ops []kernel.EntryOp
 				for _, a := range peer.addrs {
-					if err := hst.k.SetNeighbor("ovnet", kernel.Neighbor{IP: a, MAC: peer.mac}); err != nil {
-						t.Fatal(err)
-					}
+					ops = append(ops, kerneltest.SetNeighbor(a, peer.mac))
 				}
-				if err := hst.k.AddFDB("ovnet", kernel.FDBEntry{MAC: peer.mac, VTEP: peer.vtep}); err != nil {
-					t.Fatal(err)
-				}
-				if err := hst.k.AddFDB("ovnet", kernel.FDBEntry{VTEP: peer.vtep}); err != nil {
-					t.Fatal(err)
-				}
+				kerneltest.Program(t, hst.k, "ovnet", append(ops, kerneltest.AddFDB(peer.mac, peer.vtep), kerneltest.AddFDB(hwaddr.MAC{}, peer.vtep))...)
 			}
 			for i, hst := range hosts {
 				peer := hosts[1-i]
@@ -873,11 +773,7 @@ func TestDataPath(t *testing.T) {
 				}
 			}
 			// Without the FDB entry, unicast traffic has nowhere to go.
-			for _, e := range []kernel.FDBEntry{{MAC: hosts[1].mac, VTEP: hosts[1].vtep}, {VTEP: hosts[1].vtep}} {
-				if err := hosts[0].k.DeleteFDB("ovnet", e); err != nil {
-					t.Fatal(err)
-				}
-			}
+			kerneltest.Program(t, hosts[0].k, "ovnet", kerneltest.DeleteFDB(hosts[1].mac, hosts[1].vtep), kerneltest.DeleteFDB(hwaddr.MAC{}, hosts[1].vtep))
 			srv := echo(t, hosts[1].container, hosts[1].addrs[0])
 			if err := testns.Do(hosts[0].container, func() error {
 				c, err := net.DialTimeout("tcp", srv, 1500*time.Millisecond)
@@ -887,7 +783,7 @@ func TestDataPath(t *testing.T) {
 				}
 				return nil
 			}); err != nil {
-				t.Errorf("after DeleteFDB: %v", err)
+				t.Errorf("after deleting the FDB entries: %v", err)
 			}
 			for _, hst := range hosts {
 				if err := hst.k.DeleteSandbox("ovnet"); err != nil {

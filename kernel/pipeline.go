@@ -76,40 +76,6 @@ func newPipeline(ns netns.NsHandle) (*pipeline, error) {
 
 func (p *pipeline) close() { p.s.Close() }
 
-// EntryOpKind says what an EntryOp does.
-type EntryOpKind uint8
-
-const (
-	OpSetNeighbor EntryOpKind = iota + 1
-	OpDeleteNeighbor
-	OpAddFDB
-	OpDeleteFDB
-)
-
-func isFDBOp(k EntryOpKind) bool { return k == OpAddFDB || k == OpDeleteFDB }
-
-// EntryOp is one change for Program: Neighbor for the neighbour kinds (a
-// delete uses only its IP), FDB for the FDB kinds.
-type EntryOp struct {
-	Kind     EntryOpKind
-	Neighbor Neighbor
-	FDB      FDBEntry
-}
-
-func (o *EntryOp) String() string {
-	switch o.Kind {
-	case OpSetNeighbor:
-		return fmt.Sprintf("set neighbour %s lladdr %s", o.Neighbor.IP, o.Neighbor.MAC)
-	case OpDeleteNeighbor:
-		return fmt.Sprintf("delete neighbour %s", o.Neighbor.IP)
-	case OpAddFDB:
-		return fmt.Sprintf("add fdb %s dst %s", o.FDB.MAC, o.FDB.VTEP)
-	case OpDeleteFDB:
-		return fmt.Sprintf("delete fdb %s dst %s", o.FDB.MAC, o.FDB.VTEP)
-	}
-	return fmt.Sprintf("entry op %d", o.Kind)
-}
-
 // Program implements Kernel.
 func (n *Netlink) Program(sandboxName string, ops []EntryOp) []error {
 	if len(ops) == 0 {
@@ -125,11 +91,21 @@ func (n *Netlink) Program(sandboxName string, ops []EntryOp) []error {
 	}
 	defer n.release(sb)
 	errs := sb.pipe.program(idx, ops)
+	failed := false
 	for i, err := range errs {
-		if err != nil {
+		switch {
+		case err == nil:
+		case isDeleteOp(ops[i].Kind) && errors.Is(err, unix.ENOENT):
+			// The entry is not there: what the delete asked for (Kernel).
+			errs[i] = nil
+		default:
+			failed = true
 			sb.forget(idx, err)
 			errs[i] = fmt.Errorf("%s in sandbox %q: %w", &ops[i], sandboxName, classify(err))
 		}
+	}
+	if !failed {
+		return nil
 	}
 	return errs
 }
@@ -221,6 +197,13 @@ func (p *pipeline) exchange(base uint32, win []EntryOp, sent int, fail func(int,
 		}
 	}
 	return nil
+}
+
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
 }
 
 func nlmAlign(l int) int { return (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }

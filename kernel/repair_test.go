@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/overlay-plugin/overlay-plugin/kernel"
+	"github.com/overlay-plugin/overlay-plugin/kernel/kerneltest"
 )
 
 // inSandbox runs an iproute2 command in a sandbox, as an operator would.
@@ -39,8 +40,8 @@ func TestEntriesMadeByOthersAreListed(t *testing.T) {
 	hst := newHost(t)
 	must(t, hst.k.CreateSandbox(spec("sb", 300, "198.51.100.1")))
 	mac := mustMAC("02:42:0a:00:00:02")
-	must(t, hst.k.SetNeighbor("sb", kernel.Neighbor{IP: netip.MustParseAddr("203.0.113.2"), MAC: mac}))
-	must(t, hst.k.AddFDB("sb", kernel.FDBEntry{MAC: mac, VTEP: netip.MustParseAddr("198.51.100.2")}))
+	kerneltest.Program(t, hst.k, "sb", kerneltest.SetNeighbor(netip.MustParseAddr("203.0.113.2"), mac),
+		kerneltest.AddFDB(mac, netip.MustParseAddr("198.51.100.2")))
 	hst.inSandbox(t, "sb", "ip", "neigh", "replace", "203.0.113.9", "lladdr", "02:42:0a:00:00:09", "dev", kernel.VXLANName, "nud", "noarp")
 	hst.inSandbox(t, "sb", "bridge", "fdb", "add", "02:42:0a:00:00:09", "dev", kernel.VXLANName, "dst", "198.51.100.9", "self", "static")
 	hst.inSandbox(t, "sb", "bridge", "fdb", "add", "02:42:0a:00:00:08", "dev", kernel.VXLANName, "dst", "198.51.100.8", "self", "permanent")
@@ -63,8 +64,9 @@ func TestEntriesMadeByOthersAreListed(t *testing.T) {
 		t.Errorf("FDB = %+v, want %+v", fdb, wantF)
 	}
 	// A NOARP entry can be deleted like ours.
-	must(t, hst.k.DeleteFDB("sb", kernel.FDBEntry{MAC: mustMAC("02:42:0a:00:00:09"), VTEP: netip.MustParseAddr("198.51.100.9")}))
-	must(t, hst.k.DeleteNeighbor("sb", netip.MustParseAddr("203.0.113.9")))
+	kerneltest.Program(t, hst.k, "sb", kerneltest.DeleteFDB(mustMAC("02:42:0a:00:00:09"), netip.MustParseAddr("198.51.100.9")),
+		kerneltest.DeleteNeighbor(netip.MustParseAddr("203.0.113.9")))
+	kerneltest.MustEntries(t, hst.k, "sb", wantN[:1], wantF[:2])
 }
 
 func TestRepairSandbox(t *testing.T) {
@@ -74,7 +76,8 @@ func TestRepairSandbox(t *testing.T) {
 	must(t, hst.k.AddVeth("sb", kernel.Veth{HostName: "ovhr1", SandboxName: "ovsr1", MAC: mustMAC("02:42:00:00:00:01"), MTU: 1450}))
 	_, sh := hst.sandboxNS(t, "sb")
 	nb := kernel.Neighbor{IP: netip.MustParseAddr("203.0.113.2"), MAC: mustMAC("02:42:0a:00:00:02")}
-	must(t, hst.k.SetNeighbor("sb", nb)) // caches vxlan0's ifindex
+	setNb := kerneltest.SetNeighbor(nb.IP, nb.MAC)
+	kerneltest.Program(t, hst.k, "sb", setNb) // caches vxlan0's ifindex
 
 	repair := func(want ...kernel.Repair) {
 		t.Helper()
@@ -104,7 +107,7 @@ func TestRepairSandbox(t *testing.T) {
 		t.Fatalf("Neighbors without %s: %v, want not found (not an empty list)", kernel.VXLANName, err)
 	}
 	repair(kernel.Repair{Device: kernel.VXLANName, Problem: "missing", Rebuilt: true})
-	must(t, hst.k.SetNeighbor("sb", nb)) // with the new device's ifindex
+	kerneltest.Program(t, hst.k, "sb", setNb) // with the new device's ifindex
 
 	del(kernel.BridgeName)
 	repair(kernel.Repair{Device: kernel.BridgeName, Problem: "missing", Rebuilt: true},
@@ -178,8 +181,8 @@ func TestWatch(t *testing.T) {
 	}
 	ip := netip.MustParseAddr("203.0.113.2")
 	mac := mustMAC("02:42:0a:00:00:02")
-	must(t, hst.k.SetNeighbor("sb", kernel.Neighbor{IP: ip, MAC: mac}))
-	next("our neighbour", func(e kernel.Event) bool {
+	hst.outside(t, "sb", kerneltest.SetNeighbor(ip, mac))
+	next("a neighbour", func(e kernel.Event) bool {
 		return e.Kind == kernel.EventNeighbor && !e.Deleted && e.Neighbor == kernel.Neighbor{IP: ip, MAC: mac}
 	})
 	hst.inSandbox(t, "sb", "ip", "neigh", "replace", ip.String(), "lladdr", "02:42:0a:00:00:09", "dev", kernel.VXLANName, "nud", "noarp")
@@ -189,8 +192,8 @@ func TestWatch(t *testing.T) {
 	hst.inSandbox(t, "sb", "ip", "neigh", "del", ip.String(), "dev", kernel.VXLANName)
 	next("a deleted neighbour", func(e kernel.Event) bool { return e.Kind == kernel.EventNeighbor && e.Deleted })
 	vtep := netip.MustParseAddr("198.51.100.2")
-	must(t, hst.k.AddFDB("sb", kernel.FDBEntry{MAC: mac, VTEP: vtep}))
-	next("our FDB entry", func(e kernel.Event) bool {
+	hst.outside(t, "sb", kerneltest.AddFDB(mac, vtep))
+	next("an FDB entry", func(e kernel.Event) bool {
 		return e.Kind == kernel.EventFDB && !e.Deleted && e.FDB == kernel.FDBEntry{MAC: mac, VTEP: vtep}
 	})
 	hst.inSandbox(t, "sb", "bridge", "fdb", "del", mac.String(), "dev", kernel.VXLANName, "dst", vtep.String(), "self")
@@ -213,17 +216,4 @@ func TestWatch(t *testing.T) {
 	next("vxlan0 deleted", func(e kernel.Event) bool {
 		return e.Kind == kernel.EventDevice && e.Device == kernel.VXLANName && e.Deleted
 	})
-
-	cancel()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				return
-			}
-		case <-timeout:
-			t.Fatal("the channel stays open after the context ended")
-		}
-	}
 }

@@ -49,11 +49,14 @@ func rootClean(t *testing.T) {
 	})
 }
 
-// tryNft runs the nft command in the namespace at path.
+// tryNft runs the nft command in the namespace at path. These tests need
+// it: they check the table as nft renders it to an operator, and change
+// it from outside as an operator would; google/nftables, which wrote the
+// table, would be no independent witness.
 func tryNft(t *testing.T, path string, args ...string) (string, error) {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skipf("no nft command (Debian package nftables): %v", err)
+		t.Skipf("needs the nft command (Debian package nftables) to read the table as an operator sees it: %v", err)
 	}
 	out, err := exec.Command("nsenter", append([]string{"--net=" + path, "nft"}, args...)...).CombinedOutput()
 	return string(out), err

@@ -36,8 +36,8 @@ var rules = map[string][]string{
 	// Socket plumbing knows nothing of what is served on it.
 	"internal/unixsock": {"driver", "cluster", "encryption", "kernel", "pluginapi", "adminapi"},
 	// Fakes and test harnesses never ship in the binary.
-	"cmd/overlay-plugin": {"kernel/fakekernel", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb", "firewall/firewalltest",
-		"dockerengine/enginetest", "pluginapi/pluginapitest",
+	"cmd/overlay-plugin": {"kernel/fakekernel", "kernel/kerneltest", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb",
+		"firewall/firewalltest", "dockerengine/enginetest", "pluginapi/pluginapitest",
 		"internal/testns", "internal/testbed"},
 }
 

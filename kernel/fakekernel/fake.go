@@ -6,6 +6,7 @@ package fakekernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -22,10 +23,11 @@ import (
 type Op string
 
 const (
-	OpCreateSandbox  Op = "CreateSandbox"
-	OpDeleteSandbox  Op = "DeleteSandbox"
-	OpAddVeth        Op = "AddVeth"
-	OpDeleteVeth     Op = "DeleteVeth"
+	OpCreateSandbox Op = "CreateSandbox"
+	OpDeleteSandbox Op = "DeleteSandbox"
+	OpAddVeth       Op = "AddVeth"
+	OpDeleteVeth    Op = "DeleteVeth"
+	// Program's ops, each failed or counted on its own by its kind.
 	OpSetNeighbor    Op = "SetNeighbor"
 	OpDeleteNeighbor Op = "DeleteNeighbor"
 	OpAddFDB         Op = "AddFDB"
@@ -93,11 +95,23 @@ type Kernel struct {
 	hostLinks map[string]string // host-end veth name -> sandbox
 	// moved are host ends moved into a container (MoveToContainer).
 	moved map[string]bool
-	vnis  map[uint32]string // VNI -> sandbox, as the kernel refuses duplicates per port
+	// vnis maps each sandbox's VXLAN identity to it: the kernel refuses a
+	// second device with the same VNI, port and underlay family.
+	vnis map[vxlanKey]string
 	// watchers are the Watch subscriptions by sandbox.
 	watchers map[string][]*watcher
 
 	faults faults.Injector[Op] // locks itself, a leaf
+}
+
+type vxlanKey struct {
+	vni  uint32
+	port uint16
+	v4   bool
+}
+
+func keyOf(spec kernel.SandboxSpec) vxlanKey {
+	return vxlanKey{vni: spec.VNI, port: spec.Port, v4: spec.Local.Unmap().Is4()}
 }
 
 // New returns an empty fake kernel.
@@ -106,7 +120,7 @@ func New() *Kernel {
 		sandboxes: map[string]*Sandbox{},
 		hostLinks: map[string]string{},
 		moved:     map[string]bool{},
-		vnis:      map[uint32]string{},
+		vnis:      map[vxlanKey]string{},
 		watchers:  map[string][]*watcher{},
 	}
 }
@@ -187,7 +201,7 @@ func (k *Kernel) AddLeftover(spec kernel.SandboxSpec) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.sandboxes[spec.Name] = newSandbox(spec)
-	k.vnis[spec.VNI] = spec.Name
+	k.vnis[keyOf(spec)] = spec.Name
 }
 
 func (k *Kernel) sandbox(name string) (*Sandbox, error) {
@@ -241,17 +255,6 @@ func (k *Kernel) vxlan(name string) (*Sandbox, error) {
 	return s, nil
 }
 
-// entry runs a mutating operation on one sandbox's VXLAN device.
-func (k *Kernel) entry(op Op, name string, f func(s *Sandbox) error) error {
-	return k.mutate(op, name, func(*Sandbox) error {
-		s, err := k.vxlan(name)
-		if err != nil {
-			return err
-		}
-		return f(s)
-	})
-}
-
 func (k *Kernel) CreateSandbox(spec kernel.SandboxSpec) error {
 	if err := k.check(OpCreateSandbox, spec.Name); err != nil {
 		return err
@@ -261,11 +264,11 @@ func (k *Kernel) CreateSandbox(spec kernel.SandboxSpec) error {
 	if _, ok := k.sandboxes[spec.Name]; ok {
 		return fmt.Errorf("sandbox %q: %w", spec.Name, kernel.ErrExists)
 	}
-	if other, ok := k.vnis[spec.VNI]; ok {
+	if other, ok := k.vnis[keyOf(spec)]; ok {
 		return fmt.Errorf("VXLAN VNI %d used by sandbox %q: %w", spec.VNI, other, kernel.ErrExists)
 	}
 	k.sandboxes[spec.Name] = newSandbox(spec)
-	k.vnis[spec.VNI] = spec.Name
+	k.vnis[keyOf(spec)] = spec.Name
 	return nil
 }
 
@@ -275,7 +278,7 @@ func (k *Kernel) DeleteSandbox(name string) error {
 			delete(k.hostLinks, v.HostName)
 			delete(k.moved, v.HostName)
 		}
-		delete(k.vnis, s.Spec.VNI)
+		delete(k.vnis, keyOf(s.Spec))
 		delete(k.sandboxes, name)
 		return nil
 	})
@@ -309,7 +312,7 @@ func (k *Kernel) RemoveLeftovers(keep func(string) bool) error {
 			delete(k.hostLinks, v.HostName)
 			delete(k.moved, v.HostName)
 		}
-		delete(k.vnis, s.Spec.VNI)
+		delete(k.vnis, keyOf(s.Spec))
 		delete(k.sandboxes, name)
 	}
 	return nil
@@ -342,55 +345,6 @@ func (k *Kernel) DeleteVeth(sandbox, sandboxName string) error {
 		delete(s.Broken, sandboxName)
 		delete(k.hostLinks, v.HostName)
 		delete(k.moved, v.HostName)
-		return nil
-	})
-}
-
-func (k *Kernel) SetNeighbor(sandbox string, n kernel.Neighbor) error {
-	return k.entry(OpSetNeighbor, sandbox, func(s *Sandbox) error {
-		s.Neighbors[n.IP] = n.MAC
-		k.emit(sandbox, kernel.Event{Kind: kernel.EventNeighbor, Neighbor: n})
-		return nil
-	})
-}
-
-func (k *Kernel) DeleteNeighbor(sandbox string, ip netip.Addr) error {
-	return k.entry(OpDeleteNeighbor, sandbox, func(s *Sandbox) error {
-		mac, ok := s.Neighbors[ip]
-		if !ok {
-			return fmt.Errorf("neighbour %s in sandbox %q: %w", ip, sandbox, kernel.ErrNotFound)
-		}
-		delete(s.Neighbors, ip)
-		k.emit(sandbox, kernel.Event{Kind: kernel.EventNeighbor, Deleted: true, Neighbor: kernel.Neighbor{IP: ip, MAC: mac}})
-		return nil
-	})
-}
-
-func (k *Kernel) AddFDB(sandbox string, e kernel.FDBEntry) error {
-	return k.entry(OpAddFDB, sandbox, func(s *Sandbox) error {
-		if !e.MAC.IsZero() {
-			// A unicast MAC has one destination: adding it again replaces.
-			if old, ok := s.unicast[e.MAC]; ok {
-				delete(s.FDB, old)
-			}
-			s.unicast[e.MAC] = e
-		}
-		s.FDB[e] = true
-		k.emit(sandbox, kernel.Event{Kind: kernel.EventFDB, FDB: e})
-		return nil
-	})
-}
-
-func (k *Kernel) DeleteFDB(sandbox string, e kernel.FDBEntry) error {
-	return k.entry(OpDeleteFDB, sandbox, func(s *Sandbox) error {
-		if !s.FDB[e] {
-			return fmt.Errorf("fdb %s dst %s in sandbox %q: %w", e.MAC, e.VTEP, sandbox, kernel.ErrNotFound)
-		}
-		delete(s.FDB, e)
-		if s.unicast[e.MAC] == e {
-			delete(s.unicast, e.MAC)
-		}
-		k.emit(sandbox, kernel.Event{Kind: kernel.EventFDB, Deleted: true, FDB: e})
 		return nil
 	})
 }
@@ -547,8 +501,108 @@ func (k *Kernel) Watch(ctx context.Context, sandbox string) (<-chan kernel.Event
 
 var _ kernel.Kernel = (*Kernel)(nil)
 
-// Program applies each op as its single call would, fault injection
-// included.
+// faultOp is the fault injection name of an entry op's kind.
+var faultOp = map[kernel.EntryOpKind]Op{
+	kernel.OpSetNeighbor: OpSetNeighbor, kernel.OpDeleteNeighbor: OpDeleteNeighbor,
+	kernel.OpAddFDB: OpAddFDB, kernel.OpDeleteFDB: OpDeleteFDB,
+}
+
+// Program implements kernel.Kernel. Fault injection is per op, by its
+// kind's Op. Like the real kernel's watch, Watch does not report what
+// Program changed; OutsideChange is someone else's change, which it does.
 func (k *Kernel) Program(sandbox string, ops []kernel.EntryOp) []error {
-	return kernel.ProgramEach(k, sandbox, ops)
+	if len(ops) == 0 {
+		return nil
+	}
+	errs := make([]error, len(ops))
+	failed := false
+	for i := range ops {
+		if op, ok := faultOp[ops[i].Kind]; ok {
+			errs[i] = k.check(op, sandbox)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.vxlan(sandbox)
+	for i := range ops {
+		switch {
+		case errs[i] != nil:
+		case err != nil:
+			errs[i] = fmt.Errorf("%s: %w", &ops[i], err)
+		default:
+			errs[i] = k.apply(s, sandbox, ops[i], false)
+		}
+		failed = failed || errs[i] != nil
+	}
+	if !failed {
+		return nil
+	}
+	return errs
+}
+
+// OutsideChange applies ops to the sandbox as someone else would (an
+// operator with ip or bridge): no fault injection, and watchers hear of
+// each change.
+func (k *Kernel) OutsideChange(sandbox string, ops ...kernel.EntryOp) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, err := k.vxlan(sandbox)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, op := range ops {
+		errs = append(errs, k.apply(s, sandbox, op, true))
+	}
+	return errors.Join(errs...)
+}
+
+// apply makes one entry change to s (the sandbox called name), with the
+// real kernel's rules (kernel.Kernel's Program), telling watchers if
+// report. Caller holds mu.
+func (k *Kernel) apply(s *Sandbox, name string, op kernel.EntryOp, report bool) error {
+	emit := func(e kernel.Event) {
+		if report {
+			k.emit(name, e)
+		}
+	}
+	switch op.Kind {
+	case kernel.OpSetNeighbor, kernel.OpDeleteNeighbor:
+		ip := op.Neighbor.IP.Unmap()
+		if !ip.IsValid() {
+			return fmt.Errorf("%s in sandbox %q: invalid IP", &op, name)
+		}
+		if op.Kind == kernel.OpSetNeighbor {
+			s.Neighbors[ip] = op.Neighbor.MAC
+			emit(kernel.Event{Kind: kernel.EventNeighbor, Neighbor: kernel.Neighbor{IP: ip, MAC: op.Neighbor.MAC}})
+		} else if mac, ok := s.Neighbors[ip]; ok {
+			delete(s.Neighbors, ip)
+			emit(kernel.Event{Kind: kernel.EventNeighbor, Deleted: true, Neighbor: kernel.Neighbor{IP: ip, MAC: mac}})
+		}
+	case kernel.OpAddFDB, kernel.OpDeleteFDB:
+		e := kernel.FDBEntry{MAC: op.FDB.MAC, VTEP: op.FDB.VTEP.Unmap()}
+		if !e.VTEP.IsValid() || e.VTEP.IsUnspecified() {
+			return fmt.Errorf("%s in sandbox %q: invalid VTEP", &op, name)
+		}
+		if op.Kind == kernel.OpAddFDB {
+			if !e.MAC.IsZero() {
+				// A unicast MAC has one destination: adding it again replaces.
+				if old, ok := s.unicast[e.MAC]; ok {
+					delete(s.FDB, old)
+				}
+				s.unicast[e.MAC] = e
+			}
+			s.FDB[e] = true
+			emit(kernel.Event{Kind: kernel.EventFDB, FDB: e})
+		} else if s.FDB[e] {
+			delete(s.FDB, e)
+			if s.unicast[e.MAC] == e {
+				delete(s.unicast, e.MAC)
+			}
+			emit(kernel.Event{Kind: kernel.EventFDB, Deleted: true, FDB: e})
+		}
+	default:
+		return fmt.Errorf("%s in sandbox %q: unknown op", &op, name)
+	}
+	return nil
 }

@@ -34,7 +34,7 @@ func (s *suite) phaseContainerBack(t *testing.T) {
 			t.Logf("h2's inbound SA %#x from h1 has counted %d packets", st.SPI, st.Packets)
 		}
 	}
-	uncut, err := cutGossip(s.Bed, h1.NS)
+	uncut, err := cutGossip(h1.NS)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -69,12 +68,6 @@ import (
 func TestMain(m *testing.M) { testbed.Main(m, "encrypted") }
 
 var espReq = testbed.NewRequirement("encrypted",
-	func() error {
-		if _, err := exec.LookPath("nft"); err != nil {
-			return errors.New("needs nft (nftables) in PATH to read the hosts' firewall tables")
-		}
-		return nil
-	},
 	func() error {
 		start := time.Now()
 		if err := probeESP(); err != nil {

@@ -39,7 +39,7 @@ func (s *suite) phaseRestart(t *testing.T) {
 	// The worst case for the handover: h1's peers reach its new run only
 	// after Lead (they re-join a node that left every 10 s), when a
 	// generation the new run made at start would already be active.
-	uncut, err := cutGossip(s.Bed, h1.NS)
+	uncut, err := cutGossip(h1.NS)
 	if err != nil {
 		t.Fatal(err)
 	}

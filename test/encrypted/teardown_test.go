@@ -39,7 +39,7 @@ func (s *suite) leftovers(n *testbed.Node, checkAPI bool) error {
 	if len(pols) != 0 && !slices.ContainsFunc(problems, func(s string) bool { return strings.HasPrefix(s, "our") }) {
 		problems = append(problems, "foreign xfrm policies (nobody else runs IPsec here):\n"+pout)
 	}
-	tables, err := nftTables(n.NS)
+	tables, err := testbed.NftTables(n.NS.Path())
 	if err != nil {
 		return err
 	}

@@ -3,18 +3,15 @@ package gossip
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
-	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
@@ -206,11 +203,11 @@ func TestServiceVIP(t *testing.T) {
 	deadline := time.Now().Add(8 * time.Second)
 	for _, cl := range []*testbed.Endpoint{c1, c2} {
 		for {
-			tables, err := nftTables(cl.Ctr.Path())
+			tables, err := testbed.NftTables(cl.Ctr.Path())
 			if err != nil {
 				t.Fatalf("%s: %v", cl.Ctr.Name, err)
 			}
-			if !strings.Contains(tables, "overlay_plugin") {
+			if !slices.ContainsFunc(tables, func(tb string) bool { return strings.Contains(tb, "overlay_plugin") }) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -219,27 +216,4 @@ func TestServiceVIP(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-}
-
-// nftTables names the nftables tables of the namespace at path, read by
-// netlink as the plugin writes them (no nft command needed).
-func nftTables(path string) (string, error) {
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return "", err
-	}
-	defer ns.Close()
-	c, err := nftutil.Conn(ns)
-	if err != nil {
-		return "", err
-	}
-	tables, err := c.ListTables()
-	if err != nil {
-		return "", fmt.Errorf("list nftables tables: %w", err)
-	}
-	var names []string
-	for _, t := range tables {
-		names = append(names, t.Name)
-	}
-	return strings.Join(names, " "), nil
 }

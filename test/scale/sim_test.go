@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -183,35 +184,36 @@ func (k *stampKernel) AddVeth(sb string, v kernel.Veth) error {
 	return k.Kernel.AddVeth(sb, v)
 }
 
-// Program goes through the calls above, so that they see every entry.
+// Program applies one op at a time, so that each is timed and each
+// neighbour stamped as it is set.
 func (k *stampKernel) Program(sb string, ops []kernel.EntryOp) []error {
-	return kernel.ProgramEach(k, sb, ops)
-}
-
-func (k *stampKernel) SetNeighbor(sb string, n kernel.Neighbor) error {
-	start := wallNow()
-	err := k.Kernel.SetNeighbor(sb, n)
-	k.cost.add(opSetNeighbor, start)
-	if err == nil {
-		k.tr.programmed(k.node, sb, n.IP)
+	var errs []error
+	for i := range ops {
+		op := ops[i : i+1]
+		start := wallNow()
+		err := errors.Join(k.Kernel.Program(sb, op)...)
+		switch op[0].Kind {
+		case kernel.OpSetNeighbor:
+			k.cost.add(opSetNeighbor, start)
+			if err == nil {
+				k.tr.programmed(k.node, sb, op[0].Neighbor.IP)
+			}
+		case kernel.OpDeleteNeighbor:
+			k.cost.add(opDeleteNeighbor, start)
+			k.tr.deletes.Add(1)
+		case kernel.OpAddFDB:
+			k.cost.add(opAddFDB, start)
+		case kernel.OpDeleteFDB:
+			k.cost.add(opDeleteFDB, start)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = make([]error, len(ops))
+			}
+			errs[i] = err
+		}
 	}
-	return err
-}
-
-func (k *stampKernel) DeleteNeighbor(sb string, ip netip.Addr) error {
-	defer k.cost.add(opDeleteNeighbor, wallNow())
-	k.tr.deletes.Add(1)
-	return k.Kernel.DeleteNeighbor(sb, ip)
-}
-
-func (k *stampKernel) AddFDB(sb string, e kernel.FDBEntry) error {
-	defer k.cost.add(opAddFDB, wallNow())
-	return k.Kernel.AddFDB(sb, e)
-}
-
-func (k *stampKernel) DeleteFDB(sb string, e kernel.FDBEntry) error {
-	defer k.cost.add(opDeleteFDB, wallNow())
-	return k.Kernel.DeleteFDB(sb, e)
+	return errs
 }
 
 var _ kernel.Kernel = (*stampKernel)(nil)
