@@ -10,8 +10,6 @@ import (
 
 	api "github.com/docker/go-plugins-helpers/network"
 
-	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
-	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -51,13 +49,9 @@ type network struct {
 	// peers holds every endpoint of the network, local ones marked Local;
 	// its bindings are the desired neighbour entries.
 	peers peerdb.DB
-	// fdb counts, per remote VTEP, the bindings that use each of its
-	// (VTEP, MAC) FDB entries; an entry is in the kernel while its count
-	// is positive and a sandbox exists. A VTEP is in the map while it has
-	// an entry; with the flood option it has a flood entry as long. (One
-	// map per VTEP keyed by MAC is a third of the size of one keyed by
-	// both: networks have many endpoints on few hosts.)
-	fdb map[netip.Addr]countmap.Map[hwaddr.MAC]
+	// planner keeps the books of the sandbox's entries: the FDB reference
+	// counts and the remote VTEPs' IPsec references (planner.go).
+	planner planner
 	// sandbox is the kernel sandbox's name, empty while no local endpoint
 	// is joined.
 	sandbox string
@@ -81,8 +75,6 @@ type network struct {
 	// svcEndpoints the endpoints of their tasks (services.go).
 	services     []Service
 	svcEndpoints map[string]bool
-	// batch is apply's buffer.
-	batch entryBatch
 	// adopted: the sandbox is the previous run's and the remote
 	// endpoints are not settled yet (see reconcile). reconcileErr is the
 	// outcome of the last reconcile, for State.
@@ -301,7 +293,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 		return fmt.Errorf("create sandbox for network %s: %w", n.id, err)
 	}
 	n.sandbox, n.mtu, n.adopted = n.id, mtu, false
-	clear(n.fdb)
+	n.planner.Reset() // holds nothing without a sandbox
 	if err := d.store.putNetwork(n); err != nil {
 		d.log.Warn("persist network", "network", n.id, "err", err)
 	}
@@ -343,8 +335,9 @@ func (d *Driver) teardownSandbox(n *network) error {
 			}
 		}
 	}
+	released := n.planner.Reset()
 	if n.opts.encrypted && n.guarded {
-		for vtep := range n.fdb {
+		for _, vtep := range released {
 			if err := d.encryption().RemoveRemote(vtep); err != nil {
 				d.log.Warn("release IPsec state", "network", n.id, "remote", vtep, "err", err)
 			}
@@ -354,7 +347,6 @@ func (d *Driver) teardownSandbox(n *network) error {
 		}
 	}
 	n.sandbox, n.joined, n.mtu, n.guarded, n.adopted, n.reconcileErr, n.strays = "", 0, 0, false, false, nil, nil
-	clear(n.fdb)
 	n.kickLoop() // to stop watching it
 	if err := d.store.putNetwork(n); err != nil {
 		d.log.Warn("persist network", "network", n.id, "err", err)
@@ -363,60 +355,47 @@ func (d *Driver) teardownSandbox(n *network) error {
 	return nil
 }
 
-// apply programs a batch of ownership changes: their neighbour and FDB
-// entries go to the kernel in one Program call, pipelined, and each
-// entry's failure is reported (and kicks the reconciler, reconcile.go,
-// which compares the whole). The peer db is updated whether or not the
-// kernel accepted a change, so it stays the desired state. Caller holds
-// n.mu.
+// apply programs a batch of ownership changes: the planner turns them
+// into work without reading the kernel, whose entries go in one Program
+// call, pipelined, and each entry's failure is reported (and kicks the
+// reconciler, reconcile.go, which compares the whole). The peer db is
+// updated whether or not the kernel accepted a change, so it stays the
+// desired state. Caller holds n.mu.
 func (d *Driver) apply(n *network, changes []peerdb.Change) error {
 	if n.sandbox == "" || (n.opts.encrypted && !n.guarded) || len(changes) == 0 {
 		return nil
 	}
-	b := &n.batch
-	b.ops, b.released = b.ops[:0], b.released[:0]
-	var errs []error
-	for _, c := range changes {
-		if err := d.plan(n, c, b); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, d.program(n, b.ops))
-	errs = append(errs, d.releaseRemotes(n, b.released))
-	if err := errors.Join(errs...); err != nil {
+	if err := d.execute(n, n.planner.Apply(changes, n.opts.flood)); err != nil {
 		n.kickLoop() // the reconciler repairs what failed
 		return fmt.Errorf("program peers of network %s: %w", n.id, err)
 	}
 	return nil
 }
 
-// takeRemote takes the IPsec reference of a remote VTEP of encrypted
-// network n, before its first FDB entry is written: its traffic is never
-// sent unprotected. Caller holds n.mu.
-func (d *Driver) takeRemote(n *network, vtep netip.Addr) error {
-	if !n.opts.encrypted {
-		return nil
-	}
-	return d.encryption().AddRemote(vtep)
-}
-
-// releaseRemotes drops the IPsec references of remote VTEPs of encrypted
-// network n after their last FDB entry went. Caller holds n.mu.
-func (d *Driver) releaseRemotes(n *network, vteps []netip.Addr) error {
-	if !n.opts.encrypted {
-		return nil
-	}
+// execute runs a planner's work in its one order, for both the fast path
+// (apply) and the reconciler: the IPsec references of the remote VTEPs
+// that appear are taken (encrypted networks), the entries are written,
+// then the references of the VTEPs that went are dropped. A failure of
+// one step does not stop the next: the planner's books already say the
+// work is done, and the reconciler repairs the kernel. Caller holds n.mu.
+func (d *Driver) execute(n *network, w work) error {
 	var errs []error
-	for _, vtep := range vteps {
-		errs = append(errs, d.encryption().RemoveRemote(vtep))
+	if n.opts.encrypted {
+		for _, vtep := range w.take {
+			errs = append(errs, d.encryption().AddRemote(vtep))
+		}
+	}
+	errs = append(errs, d.program(n, w.ops))
+	if n.opts.encrypted {
+		for _, vtep := range w.release {
+			errs = append(errs, d.encryption().RemoveRemote(vtep))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// program sends ops to n's sandbox in one batch, in order: the one way
-// both the fast path (apply) and the reconciler (syncEntries) write
-// entries. Deleting what is already gone is not an error. Caller holds
-// n.mu.
+// program sends ops to n's sandbox in one batch, in order. Deleting what
+// is already gone is not an error. Caller holds n.mu.
 func (d *Driver) program(n *network, ops []kernel.EntryOp) error {
 	var errs []error
 	for i, err := range d.kernel.Program(n.sandbox, ops) {
@@ -429,62 +408,6 @@ func (d *Driver) program(n *network, ops []kernel.EntryOp) error {
 
 func isDelete(k kernel.EntryOpKind) bool {
 	return k == kernel.OpDeleteNeighbor || k == kernel.OpDeleteFDB
-}
-
-// entryBatch is the kernel work of a run of peer changes. It lives on
-// the network and is reused: programming a peer allocates nothing here.
-type entryBatch struct {
-	ops []kernel.EntryOp
-	// released are the remote VTEPs whose last FDB entry goes in ops
-	// (releaseRemotes).
-	released []netip.Addr
-}
-
-func (b *entryBatch) add(op kernel.EntryOp) { b.ops = append(b.ops, op) }
-
-// plan turns one ownership change into neighbour and FDB ops, the fast
-// path: no kernel dump. Local owners need no entry: the bridge reaches
-// them directly. The FDB entry of a (VTEP, MAC) is added with its first
-// binding and removed with its last. A remote VTEP's IPsec policy is
-// taken at once, before its first FDB entry is sent; only its error is
-// returned. Caller holds n.mu.
-func (d *Driver) plan(n *network, c peerdb.Change, b *entryBatch) error {
-	var errs []error
-	if c.New != nil && !c.New.Local {
-		b.add(kernel.EntryOp{Kind: kernel.OpSetNeighbor, Neighbor: kernel.Neighbor{IP: c.IP, MAC: c.New.MAC}})
-		e := kernel.FDBEntry{MAC: c.New.MAC, VTEP: c.New.VTEP}
-		macs := n.fdb[e.VTEP]
-		if macs == nil {
-			macs = countmap.Map[hwaddr.MAC]{}
-			n.fdb[e.VTEP] = macs
-		}
-		if macs.Add(e.MAC, 1) == 1 {
-			if len(macs) == 1 {
-				errs = append(errs, d.takeRemote(n, e.VTEP))
-				if n.opts.flood {
-					b.add(kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{VTEP: e.VTEP}})
-				}
-			}
-			b.add(kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: e})
-		}
-	} else if c.Old != nil && !c.Old.Local {
-		b.add(kernel.EntryOp{Kind: kernel.OpDeleteNeighbor, Neighbor: kernel.Neighbor{IP: c.IP}})
-	}
-	if c.Old != nil && !c.Old.Local {
-		e := kernel.FDBEntry{MAC: c.Old.MAC, VTEP: c.Old.VTEP}
-		macs := n.fdb[e.VTEP] // nil, and a count of -1, if it had none
-		if macs.Add(e.MAC, -1) == 0 {
-			b.add(kernel.EntryOp{Kind: kernel.OpDeleteFDB, FDB: e})
-			if len(macs) == 0 {
-				delete(n.fdb, e.VTEP)
-				if n.opts.flood {
-					b.add(kernel.EntryOp{Kind: kernel.OpDeleteFDB, FDB: kernel.FDBEntry{VTEP: e.VTEP}})
-				}
-				b.released = append(b.released, e.VTEP)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // poolsOf parses the IPAM pools Docker assigned to the network, and their

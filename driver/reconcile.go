@@ -8,12 +8,12 @@ package driver
 //
 // Programming is one path, desired -> apply -> resync on error (as Felix's
 // vxlanfdb): every change goes into the peer db first; apply (network.go)
-// writes what the change makes differ, without reading the kernel back;
-// any error of it kicks this reconciler, which reads the kernel back and
-// writes whatever differs. It also runs on the sandbox's drift events, at
-// start and periodically (Run). Both halves write entries through program
-// and take and drop IPsec references through takeRemote and releaseRemotes,
-// in the same order, under the network's lock, so they never interleave.
+// has the network's planner (planner.go) plan what the change makes
+// differ, without reading the kernel back; any error of it kicks this
+// reconciler, which reads the kernel back and has the planner resync the
+// whole. It also runs on the sandbox's drift events, at start and
+// periodically (Run). Both halves run the planner's work through execute,
+// in its one order, under the network's lock, so they never interleave.
 
 import (
 	"errors"
@@ -24,8 +24,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
-	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 )
 
@@ -159,8 +157,9 @@ func (d *Driver) reconcileInto(n *network, full bool, p *pass) error {
 		n.adopted = false
 	}
 	devErr := d.repairDevices(n, p)
-	gone, refErr := d.syncRemotes(n)
-	err := errors.Join(devErr, refErr, d.syncEntries(n, d.removable(n, graceOver), p), d.releaseRemotes(n, gone))
+	actual, readErr := d.readEntries(n)
+	w := n.planner.Resync(n.peers.Bindings(), actual, n.opts.flood, d.removable(n, graceOver), p)
+	err := errors.Join(devErr, readErr, d.execute(n, w))
 	d.record(n, p)
 	n.reconcileErr = err
 	if err != nil {
@@ -232,49 +231,6 @@ func (d *Driver) repairDevices(n *network, p *pass) error {
 	return err
 }
 
-// desired is what n's peer db implies for its sandbox: a neighbour entry
-// per remote binding, an FDB entry per (VTEP, MAC) with the number of
-// bindings using it, and with the flood option a flood entry per VTEP.
-func desired(n *network) (map[netip.Addr]hwaddr.MAC, map[netip.Addr]countmap.Map[hwaddr.MAC]) {
-	neighs := map[netip.Addr]hwaddr.MAC{}
-	fdb := map[netip.Addr]countmap.Map[hwaddr.MAC]{}
-	for ip, b := range n.peers.Bindings() {
-		if b.Local {
-			continue
-		}
-		neighs[ip] = b.MAC
-		macs := fdb[b.VTEP]
-		if macs == nil {
-			macs = countmap.Map[hwaddr.MAC]{}
-			fdb[b.VTEP] = macs
-		}
-		macs.Add(b.MAC, 1)
-	}
-	return neighs, fdb
-}
-
-// syncRemotes makes n.fdb, the FDB reference counts, what the peer db
-// implies. On an encrypted network it takes the IPsec reference of each
-// remote VTEP that appears, before its first FDB entry is written, and
-// returns the VTEPs that went, whose references releaseRemotes drops once
-// their entries are gone: the order apply keeps too. Caller holds n.mu.
-func (d *Driver) syncRemotes(n *network) (gone []netip.Addr, err error) {
-	_, want := desired(n)
-	var errs []error
-	for vtep := range want {
-		if n.fdb[vtep] == nil {
-			errs = append(errs, d.takeRemote(n, vtep))
-		}
-	}
-	for vtep := range n.fdb {
-		if want[vtep] == nil {
-			gone = append(gone, vtep)
-		}
-	}
-	n.fdb = want
-	return gone, errors.Join(errs...)
-}
-
 // removable says which entries nothing wants may go, by the VTEP they
 // point at (invalid: unknown). Any, once n's sandbox is its own. In a
 // sandbox adopted from the previous run: none until the control plane has
@@ -306,107 +262,18 @@ func (d *Driver) removable(n *network, graceOver bool) func(netip.Addr) bool {
 	}
 }
 
-// syncEntries compares the sandbox's neighbour and FDB entries with the
-// desired ones and repairs the difference; an entry nothing wants is
-// removed if removable says so of its VTEP. Caller holds n.mu, after
-// syncRemotes.
-func (d *Driver) syncEntries(n *network, removable func(netip.Addr) bool, p *pass) error {
-	wantN, _ := desired(n)
-	wantF := map[kernel.FDBEntry]bool{}
-	unicast := map[hwaddr.MAC]netip.Addr{}
-	for vtep, macs := range n.fdb {
-		for mac := range macs {
-			wantF[kernel.FDBEntry{MAC: mac, VTEP: vtep}] = true
-			unicast[mac] = vtep
-		}
-		if n.opts.flood {
-			wantF[kernel.FDBEntry{VTEP: vtep}] = true
-		}
-	}
+// readEntries reads back the entries of n's sandbox; nil if it cannot.
+// Caller holds n.mu.
+func (d *Driver) readEntries(n *network) (*sandboxEntries, error) {
 	neighs, err := d.kernel.Neighbors(n.sandbox)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fdb, err := d.kernel.FDB(n.sandbox)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The VTEP each MAC is sent to now, for the neighbours nothing wants:
-	// built only if there is one.
-	var sentTo map[hwaddr.MAC]netip.Addr
-	vtepOf := func(mac hwaddr.MAC) netip.Addr {
-		if sentTo == nil {
-			sentTo = make(map[hwaddr.MAC]netip.Addr, len(fdb))
-			for _, e := range fdb {
-				if !e.MAC.IsZero() {
-					sentTo[e.MAC] = e.VTEP
-				}
-			}
-		}
-		return sentTo[mac]
-	}
-	// The repairs go to the kernel in one batch, in this order (Program).
-	var ops []kernel.EntryOp
-	setN := func(ip netip.Addr, mac hwaddr.MAC) {
-		ops = append(ops, kernel.EntryOp{Kind: kernel.OpSetNeighbor, Neighbor: kernel.Neighbor{IP: ip, MAC: mac}})
-	}
-	fdbOp := func(kind kernel.EntryOpKind, e kernel.FDBEntry) {
-		ops = append(ops, kernel.EntryOp{Kind: kind, FDB: e})
-	}
-	replaced := map[hwaddr.MAC]bool{} // unicast MACs pointing elsewhere
-	for _, nb := range neighs {
-		mac, ok := wantN[nb.IP]
-		switch {
-		case ok && mac == nb.MAC && !nb.NotPermanent:
-			delete(wantN, nb.IP)
-		case ok:
-			delete(wantN, nb.IP)
-			setN(nb.IP, mac)
-			p.note(RepairNeighborReplaced, "%s was %s%s, want %s", nb.IP, nb.MAC, notPermanent(nb.NotPermanent), mac)
-		case removable(vtepOf(nb.MAC)):
-			ops = append(ops, kernel.EntryOp{Kind: kernel.OpDeleteNeighbor, Neighbor: kernel.Neighbor{IP: nb.IP}})
-			p.note(RepairNeighborRemoved, "%s %s%s wanted by no endpoint", nb.IP, nb.MAC, notPermanent(nb.NotPermanent))
-		}
-	}
-	for ip, mac := range wantN {
-		setN(ip, mac)
-		p.note(RepairNeighborAdded, "%s %s was missing", ip, mac)
-	}
-	for _, e := range fdb {
-		key := kernel.FDBEntry{MAC: e.MAC, VTEP: e.VTEP}
-		vtep, macWanted := unicast[e.MAC]
-		switch {
-		case wantF[key] && !e.NotPermanent:
-			delete(wantF, key)
-		case wantF[key]:
-			// A NOARP twin of ours: appending cannot change its state.
-			fdbOp(kernel.OpDeleteFDB, key)
-			delete(wantF, key)
-			fdbOp(kernel.OpAddFDB, key)
-			p.note(RepairFDBReplaced, "%s dst %s was not permanent", e.MAC, e.VTEP)
-		case macWanted && !e.MAC.IsZero():
-			// Adding the wanted entry below replaces this one.
-			replaced[e.MAC] = true
-			p.note(RepairFDBReplaced, "%s dst %s%s, want dst %s", e.MAC, e.VTEP, notPermanent(e.NotPermanent), vtep)
-		case removable(e.VTEP):
-			fdbOp(kernel.OpDeleteFDB, key)
-			p.note(RepairFDBRemoved, "%s dst %s%s wanted by no endpoint", e.MAC, e.VTEP, notPermanent(e.NotPermanent))
-		}
-	}
-	for e := range wantF {
-		fdbOp(kernel.OpAddFDB, e)
-		if !replaced[e.MAC] || e.MAC.IsZero() {
-			p.note(RepairFDBAdded, "%s dst %s was missing", e.MAC, e.VTEP)
-		}
-	}
-	return d.program(n, ops)
-}
-
-func notPermanent(b bool) string {
-	if b {
-		return " (not permanent)"
-	}
-	return ""
+	return &sandboxEntries{neighbors: neighs, fdb: fdb}, nil
 }
 
 // drifted reports whether a batch of the sandbox's events shows the kernel
@@ -431,11 +298,7 @@ func drifted(n *network, events []kernel.Event) bool {
 				return true
 			}
 		case kernel.EventFDB:
-			macs := n.fdb[e.FDB.VTEP]
-			want := macs[e.FDB.MAC] > 0
-			if e.FDB.MAC.IsZero() {
-				want = n.opts.flood && macs != nil
-			}
+			want := n.planner.wantsFDB(e.FDB, n.opts.flood)
 			if e.Deleted && want || !e.Deleted && (!want || e.FDB.NotPermanent) {
 				return true
 			}

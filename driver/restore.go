@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -141,7 +140,7 @@ func (d *Driver) recoverVNIs() {
 // newNetwork returns a network with nothing joined, not in the table.
 func newNetwork(id string, vni uint32, opts netOptions, subnets []netip.Prefix, gateways []netip.Addr) *network {
 	return &network{id: id, vni: vni, opts: opts, subnets: subnets, gateways: gateways, endpoints: map[string]*endpoint{},
-		fdb: map[netip.Addr]countmap.Map[hwaddr.MAC]{}, kick: make(chan struct{}, 1), gone: make(chan struct{})}
+		planner: newPlanner(), kick: make(chan struct{}, 1), gone: make(chan struct{})}
 }
 
 // restoreEndpoints brings back the stored endpoints of n: joined if the

@@ -219,7 +219,7 @@ func checkEncryptionRefs(t *testing.T, d *Driver, fe *fakeEncryption) {
 		}
 		if n.opts.encrypted && n.sandbox != "" {
 			wantVNIs[n.vni]++
-			for vtep := range n.fdb {
+			for vtep := range n.planner.fdb {
 				wantRefs[vtep]++
 			}
 		}
@@ -260,8 +260,8 @@ func checkInvariants(t *testing.T, d *Driver, fake *fakekernel.Kernel) {
 			}
 			sb, exists := snap[id]
 			if n.sandbox == "" {
-				if exists || n.joined != 0 || len(n.fdb) != 0 {
-					t.Errorf("%s: no sandbox recorded but kernel=%v joined=%d fdb=%v", id, exists, n.joined, n.fdb)
+				if exists || n.joined != 0 || len(n.planner.fdb) != 0 {
+					t.Errorf("%s: no sandbox recorded but kernel=%v joined=%d fdb=%v", id, exists, n.joined, n.planner.fdb)
 				}
 				return
 			}
@@ -305,8 +305,8 @@ func checkInvariants(t *testing.T, d *Driver, fake *fakekernel.Kernel) {
 			if !maps.Equal(sb.FDB, wantFDB) {
 				t.Errorf("%s: fdb %v, want %v", id, sb.FDB, wantFDB)
 			}
-			if !maps.EqualFunc(n.fdb, wantCount, maps.Equal) {
-				t.Errorf("%s: fdb refcounts %v, want %v", id, n.fdb, wantCount)
+			if !maps.EqualFunc(n.planner.fdb, wantCount, maps.Equal) {
+				t.Errorf("%s: fdb refcounts %v, want %v", id, n.planner.fdb, wantCount)
 			}
 		}()
 	}
