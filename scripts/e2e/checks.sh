@@ -408,6 +408,7 @@ ck_no_leftovers() {
 ck_host_sandboxes() {
 	local dir
 	dir=$(ck_sandbox_dir "$1") || { echo "?"; return; }
+	# shellcheck disable=SC2016 # expanded by the node's bash
 	ck_hx "$1" bash -c 'n=0; for f in "$1"/*; do [[ -e $f ]] && n=$((n+1)); done; echo $n' _ "$dir"
 }
 
@@ -417,6 +418,7 @@ ck_no_sandboxes() { [[ $(ck_host_sandboxes "$1") == 0 ]]; }
 ck_host_fdb() {
 	local dir
 	dir=$(ck_sandbox_dir "$1") || return 0
+	# shellcheck disable=SC2016 # expanded by the node's bash
 	ck_hx "$1" bash -c 'for f in "$1"/*; do [[ -e $f ]] && nsenter --net="$f" bridge fdb show 2>/dev/null | grep " dst "; done' _ "$dir"
 }
 
@@ -544,8 +546,10 @@ ck_rotation_under_stream() {
 	done
 	sleep 5
 	st=$(ck_plugin_cli 0 rotate-keys 2>&1) || { ck_fail "node 0: overlay-plugin rotate-keys: $st"; return 1; }
-	act=$(ck_plugin_cli 0 encryption | jq -er '.ownGenerations | max_by(.gen) | .activateAt') && act_s=$(date -d "$act" +%s) \
-		|| { ck_fail "node 0: no new key generation after rotate-keys"; return 1; }
+	if ! act=$(ck_plugin_cli 0 encryption | jq -er '.ownGenerations | max_by(.gen) | .activateAt') || ! act_s=$(date -d "$act" +%s); then
+		ck_fail "node 0: no new key generation after rotate-keys"
+		return 1
+	fi
 	ck_log "node 0: rotate-keys at stream second $((SECONDS - t0)); the new generation activates in $((act_s - $(date +%s))) s ($act)"
 	if ((act_s - $(date +%s) > CK_ROTATION_LEAD_MAX)); then
 		ck_fail "the new generation activates after more than ${CK_ROTATION_LEAD_MAX} s: the stream ends before it"
@@ -652,6 +656,7 @@ ck_readme_plugin_name() {
 # code blocks or in the text): `network create -d NAME` and `docker plugin
 # disable|enable|set|inspect|rm NAME`.
 ck_readme_names() {
+	# shellcheck disable=SC2016 # a literal backquote in the pattern
 	grep -oE -- '(network create -d|docker plugin (disable|enable|set|inspect|rm)( -f)?) [^- `;\\][^ `;\\]*' "$CK_README" | awk '{print $NF}'
 }
 
@@ -1051,6 +1056,7 @@ check_disable_enable() {
 	CK_CONTAINERS+=("0:e2e-de-local")
 	local i out fails=0 n
 	local -a before after
+	# shellcheck disable=SC2317 # called through ck_retry
 	ck_local() { # node 0's extra container -> node 0's task
 		local t
 		t=$(ck_running_cids 0 e2e-de | head -1)
@@ -1095,6 +1101,7 @@ check_disable_enable() {
 	# work by address and by name.
 	ck_dk 0 rm -f e2e-de-local >/dev/null 2>&1 || { ck_fail "docker rm of the extra container failed"; fails=1; }
 	ck_dk 0 service update -d --force e2e-de >/dev/null 2>&1 || { ck_fail "service update --force failed"; return 1; }
+	# shellcheck disable=SC2317 # called through ck_retry
 	ck_replaced() { # every node runs a task other than the one before the update
 		local i c
 		for ((i = 0; i < CK_N; i++)); do

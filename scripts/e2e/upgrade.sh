@@ -190,7 +190,7 @@ ck_up_readme() {
 	cmd=$(ck_readme_cmds Install | grep -m1 '^docker plugin install ') \
 		|| { ck_fail "README, Install: no docker plugin install command"; return 1; }
 	read -ra words <<<"${cmd#docker }"
-	CK_UP_INSTALL=() CK_UP_INSTALL_SET=() CK_UP_NAME= CK_UP_ENABLE_AFTER=0
+	CK_UP_INSTALL=() CK_UP_INSTALL_SET=() CK_UP_NAME='' CK_UP_ENABLE_AFTER=0
 	for w in "${!words[@]}"; do
 		if ((seen)); then
 			CK_UP_INSTALL_SET+=("${words[w]}")
@@ -243,6 +243,7 @@ ck_up_install() {
 		# creates only with the engine's first container (or swarm's ingress
 		# sandbox): 0.1.0 cannot be enabled on a fresh engine (fixed by the
 		# next release's 'run' mount). Its operators had to create it.
+		# shellcheck disable=SC2016 # expanded by the node's sh
 		ck_log "node $i: /run/docker/netns $(ck_hx "$i" sh -c 'test -d /run/docker/netns && echo "exists: [$(ls /run/docker/netns | tr "\n" " ")]"' || echo 'is missing: created for 0.1.0')"
 		ck_hx "$i" mkdir -p /run/docker/netns || { ck_fail "node $i: mkdir /run/docker/netns"; return 1; }
 	fi
