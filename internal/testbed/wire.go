@@ -66,6 +66,17 @@ type Capture struct {
 // StartCapture opens the capture on ifname inside ns; VXLAN is recognised
 // by UDP destination port vxlanPort.
 func StartCapture(ns *Netns, ifname string, vxlanPort uint16) (*Capture, error) {
+	return startCapture(ns, ifname, vxlanPort, false)
+}
+
+// StartBridgeCapture is StartCapture on a bridge, in promiscuous mode (as
+// tcpdump does): a bridge passes up a copy of the frames it forwards
+// between its ports only then.
+func StartBridgeCapture(ns *Netns, bridge string, vxlanPort uint16) (*Capture, error) {
+	return startCapture(ns, bridge, vxlanPort, true)
+}
+
+func startCapture(ns *Netns, ifname string, vxlanPort uint16, promisc bool) (*Capture, error) {
 	c := &Capture{fd: -1, port: vxlanPort, done: make(chan struct{}), st: CaptureStats{
 		ESP: map[AddrPair]int{}, VXLAN: map[uint32]int{}, VXLANFlows: map[VXLANFlow]int{}}}
 	err := ns.Do(func() error {
@@ -80,6 +91,14 @@ func StartCapture(ns *Netns, ifname string, vxlanPort uint16) (*Capture, error) 
 		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: Htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
 			unix.Close(fd)
 			return err
+		}
+		if promisc {
+			// Dropped with the socket: nothing to undo.
+			mr := unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_PROMISC}
+			if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mr); err != nil {
+				unix.Close(fd)
+				return err
+			}
 		}
 		tv := unix.Timeval{Usec: 100_000}
 		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {

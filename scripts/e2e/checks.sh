@@ -1328,6 +1328,47 @@ YAML
 	ck_dk 0 stack rm "$stack" >/dev/null 2>&1
 }
 
+# ------------------------------------------------------------------ Go
+
+# The checks ported to Go (test/dockere2e: check_plugin_service is
+# TestCheckPluginService), run from its test binary E2E_GO_TEST (built
+# static by e2e_build_plugin, scripts/e2e/lib.sh) with the swarm named in
+# its environment (test/dockere2e/env.go). E2E_GO_HOSTX[i], where set,
+# replaces E2E_HOSTX[i] for it: a command to exec, not a shell function.
+E2E_GO_CHECKS=(check_builtin_overlay check_plugin_service check_plugin_attachable check_plugin_encrypted
+	check_coexistence check_teardown check_disable_enable check_plugin_vip check_plugin_logs)
+: "${E2E_GO_TEST:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/e2e/dockere2e.test}"
+declare -p E2E_GO_HOSTX >/dev/null 2>&1 || E2E_GO_HOSTX=()
+
+# ck_go_name FUNC: the Go test of check function FUNC.
+ck_go_name() { sed -E 's/(^|_)([a-z])/\U\2/g; s/^/Test/' <<<"$1"; }
+
+# ck_go_check FUNC: run FUNC's Go test; its output goes to the log, the
+# line before its verdict is the reason of a failure.
+ck_go_check() {
+	local test out hostx='' logs='' i rc
+	test=$(ck_go_name "$1")
+	[[ -x $E2E_GO_TEST ]] || { ck_fail "no Go e2e test binary at $E2E_GO_TEST (e2e_build_plugin builds it)"; return 1; }
+	out=$(mktemp)
+	CK_FILES+=("$out")
+	for ((i = 0; i < CK_N; i++)); do
+		hostx+="${E2E_GO_HOSTX[i]:-${E2E_HOSTX[i]:-}}"$'\n'
+		[[ -n ${E2E_NODE_LOG:-} ]] || continue
+		CK_FILES+=("$out.n$i")
+		ck_node_log "$i" >"$out.n$i"
+		logs+="$out.n$i"$'\n'
+	done
+	E2E_NODE_DOCKER=$(printf '%s\n' "${CK_D[@]}") E2E_NODE_HOSTX=$hostx E2E_NODE_LOGS=$logs \
+		E2E_WIRE_NETNS=${E2E_WIRE_NETNS:-} E2E_WIRE_IF=${E2E_WIRE_IF:-} \
+		E2E_PLUGIN_CLI=${E2E_PLUGIN_CLI:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/bin/overlay-plugin} \
+		E2E_PLUGIN=$E2E_PLUGIN E2E_IMAGE=$E2E_IMAGE E2E_EXPECT_ESP=$E2E_EXPECT_ESP \
+		E2E_TASK_TIMEOUT=$E2E_TASK_TIMEOUT E2E_TIME_SCALE=${E2E_TIME_SCALE:-1} OVERLAY_TEST_REQUIRE=dockere2e \
+		"$E2E_GO_TEST" -test.run "^$test\$" -test.v -test.count=1 -test.timeout 60m 2>&1 | tee "$out" >&2
+	rc=${PIPESTATUS[0]}
+	grep -q -- "^--- PASS: $test " "$out" && ((rc == 0)) && return 0
+	ck_fail "$test: $(awk '/^--- FAIL/ {print last; exit} /^ +[a-z_]+\.go:[0-9]+: / {sub(/^ +/, ""); last = $0}' "$out" | cut -c1-400)"
+}
+
 # ------------------------------------------------------------------ runner
 
 # e2e_run_check NAME FUNC CLI...: run one check in a subshell (its resources
@@ -1341,7 +1382,7 @@ e2e_run_check() {
 		CK_NAME=$name
 		ck_nodes "$@"
 		trap ck_teardown EXIT
-		"$fn" "$@"
+		if [[ " ${E2E_GO_CHECKS[*]} " == *" $fn "* ]]; then ck_go_check "$fn"; else "$fn" "$@"; fi
 	) && rc=0 || rc=$?
 	reason=$(head -3 "$CK_REASON_FILE" | tr '\n' ';' | sed 's/;$//')
 	((${#reason} > 400)) && reason="${reason:0:400}..."

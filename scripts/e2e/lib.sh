@@ -120,15 +120,26 @@ e2e_install_packages() {
 	E2E_DOCKERD=$(command -v dockerd)
 }
 
-# e2e_build_plugin: bin/overlay-plugin (make build) and build/plugin.
+# e2e_build_plugin: bin/overlay-plugin (make build), build/plugin, and the
+# Go checks' test binary (e2e_build_gotest).
 e2e_build_plugin() {
 	if [[ ${E2E_SKIP_BUILD:-0} == 1 && -f $E2E_ROOT/build/plugin/config.json ]]; then
-		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin as is"
+		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin and $E2E_ROOT/build/e2e as they are"
 		return 0
 	fi
 	log "make build"
 	make -C "$E2E_ROOT" build >&2 || return 1
-	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin"
+	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin" || return 1
+	e2e_build_gotest
+}
+
+# e2e_build_gotest: test/dockere2e's test binary, the checks ported to Go
+# (scripts/e2e/checks.sh, E2E_GO_CHECKS), in build/e2e; static, so that the
+# test VM, which has no Go, runs it as it runs the other binaries.
+e2e_build_gotest() {
+	log "go test -c ./test/dockere2e"
+	mkdir -p "$E2E_ROOT/build/e2e"
+	(cd "$E2E_ROOT" && CGO_ENABLED=0 go test -c -o build/e2e/dockere2e.test ./test/dockere2e) >&2
 }
 
 # ---------------------------------------------------------------- helpers
@@ -232,7 +243,7 @@ e2e_topology() {
 	# Every node's underlay traffic crosses br0: the checks' capture point
 	# (scripts/e2e/checks.sh, ck_capture_start).
 	# shellcheck disable=SC2034 # read by checks.sh, sourced beside this file
-	E2E_WIRE="ip netns exec $sw" E2E_WIRE_IF=br0
+	E2E_WIRE="ip netns exec $sw" E2E_WIRE_NETNS=$sw E2E_WIRE_IF=br0
 }
 
 # ---------------------------------------------------------------- dockerd
