@@ -241,9 +241,9 @@ e2e_topology() {
 	done
 	log "underlay up"
 	# Every node's underlay traffic crosses br0: the checks' capture point
-	# (scripts/e2e/checks.sh, ck_capture_start).
+	# (test/dockere2e, wire.go; scripts/e2e/checks.sh passes it on).
 	# shellcheck disable=SC2034 # read by checks.sh, sourced beside this file
-	E2E_WIRE="ip netns exec $sw" E2E_WIRE_NETNS=$sw E2E_WIRE_IF=br0
+	E2E_WIRE_NETNS=$sw E2E_WIRE_IF=br0
 }
 
 # ---------------------------------------------------------------- dockerd

@@ -71,6 +71,12 @@ var reAddress = regexp.MustCompile(`^Address:?\s*(\S+?)(:53)?$`)
 // every address (busybox nslookup asked at 127.0.0.11 lists them all).
 func (ep Endpoint) Resolve(name string) []string {
 	out, _ := ep.Node.Exec(ep.CID, "nslookup", name, "127.0.0.11")
+	return nslookupAnswers(out)
+}
+
+// nslookupAnswers are the distinct addresses of busybox nslookup's
+// answer, sorted (the server's own address comes before "Name:").
+func nslookupAnswers(out string) []string {
 	var addrs []string
 	answer := false
 	for l := range strings.SplitSeq(out, "\n") {

@@ -110,6 +110,20 @@ func (c *Check) NoLeftovers(n *Node, limit time.Duration) error {
 	}
 }
 
+// RemoveLeavingNothing removes what the check made; network net must be
+// gone and nothing of the plugin left on any host within limit.
+func (c *Check) RemoveLeavingNothing(net string, limit time.Duration) {
+	c.remove()
+	if _, err := c.manager().Docker("network", "inspect", net); err == nil {
+		c.T.Errorf("network rm %s failed", net)
+	}
+	for _, n := range c.Nodes {
+		if err := c.NoLeftovers(n, limit); err != nil {
+			c.T.Error(err)
+		}
+	}
+}
+
 func prefixed(p string, ls []string) []string {
 	out := make([]string, len(ls))
 	for i, l := range ls {

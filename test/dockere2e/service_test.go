@@ -17,16 +17,7 @@ func TestCheckPluginService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Network("e2e-plug", c.Plugin); err != nil {
-		t.Fatalf("docker network create -d %s: %v", c.Plugin, err)
-	}
-	if err := c.WebService("e2e-plug", "--mode", "global", "--network", "e2e-plug"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitTasks("e2e-plug", 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Mesh("e2e-plug", "e2e-plug", true); err != nil {
+	if err := c.GlobalMesh("e2e-plug", c.Plugin); err != nil {
 		t.Fatal(err)
 	}
 	if !c.HaveHostx() {

@@ -64,15 +64,7 @@ func TestCheckTeardown(t *testing.T) {
 	if _, err := c.manager().Docker("service", "scale", "-d", "e2e-td=0"); err != nil {
 		t.Error(err)
 	}
-	c.remove()
-	if _, err := c.manager().Docker("network", "inspect", "e2e-td"); err == nil {
-		t.Error("network rm e2e-td failed")
-	}
-	for _, n := range c.Nodes {
-		if err := c.NoLeftovers(n, 30*time.Second); err != nil {
-			t.Error(err)
-		}
-	}
+	c.RemoveLeavingNothing("e2e-td", 30*time.Second)
 }
 
 // runningTotal is how many tasks of svc run over all nodes.

@@ -61,60 +61,56 @@ func (w *Wire) pairs() ([]testbed.AddrPair, error) {
 	return out, nil
 }
 
-func (w *Wire) stop() (testbed.CaptureStats, []testbed.AddrPair, error) {
+// verify stops the capture and judges what it saw between every two
+// nodes; without a capture there is nothing to judge.
+func (w *Wire) verify(judge func(testbed.CaptureStats, []testbed.AddrPair) []error) error {
+	if w.cap == nil {
+		return nil
+	}
 	st, err := w.cap.Stop()
 	if err != nil {
-		return st, nil, fmt.Errorf("capture: %w", err)
+		return fmt.Errorf("capture: %w", err)
 	}
 	w.c.T.Logf("capture: %d IPv4 packets, ESP %v, plaintext VXLAN by VNI %v", st.Total, st.ESP, st.VXLAN)
 	pairs, err := w.pairs()
-	return st, pairs, err
+	if err != nil {
+		return err
+	}
+	return errors.Join(judge(st, pairs)...)
 }
 
 // VerifyClear stops the capture and requires VXLAN of vni in clear both
 // ways between every two nodes: on an unencrypted network, the capture's
 // proof that it sees the underlay at all.
 func (w *Wire) VerifyClear(vni uint32) error {
-	if w.cap == nil {
-		return nil
-	}
-	st, pairs, err := w.stop()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, p := range pairs {
-		if st.VXLANFlows[testbed.VXLANFlow{AddrPair: p, VNI: vni}] == 0 {
-			errs = append(errs, fmt.Errorf("the capture holds no VXLAN of VNI %d from %v: it does not see the underlay", vni, p))
+	return w.verify(func(st testbed.CaptureStats, pairs []testbed.AddrPair) (errs []error) {
+		for _, p := range pairs {
+			if st.VXLANFlows[testbed.VXLANFlow{AddrPair: p, VNI: vni}] == 0 {
+				errs = append(errs, fmt.Errorf("the capture holds no VXLAN of VNI %d from %v: it does not see the underlay", vni, p))
+			}
 		}
-	}
-	if len(errs) == 0 {
-		w.c.T.Logf("on the wire: the unencrypted network's VXLAN (VNI %d) in clear both ways between every two nodes", vni)
-	}
-	return errors.Join(errs...)
+		if len(errs) == 0 {
+			w.c.T.Logf("on the wire: the unencrypted network's VXLAN (VNI %d) in clear both ways between every two nodes", vni)
+		}
+		return errs
+	})
 }
 
 // VerifyESP stops the capture and requires ESP both ways between every two
 // nodes and not one VXLAN packet of vni in clear.
 func (w *Wire) VerifyESP(vni uint32) error {
-	if w.cap == nil {
-		return nil
-	}
-	st, pairs, err := w.stop()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, p := range pairs {
-		if st.ESP[p] == 0 {
-			errs = append(errs, fmt.Errorf("the capture holds no ESP from %v", p))
+	return w.verify(func(st testbed.CaptureStats, pairs []testbed.AddrPair) (errs []error) {
+		for _, p := range pairs {
+			if st.ESP[p] == 0 {
+				errs = append(errs, fmt.Errorf("the capture holds no ESP from %v", p))
+			}
 		}
-	}
-	if n := st.VXLAN[vni]; n > 0 {
-		errs = append(errs, fmt.Errorf("%d VXLAN packets of VNI %d in clear on the wire", n, vni))
-	}
-	if len(errs) == 0 {
-		w.c.T.Logf("on the wire: ESP both ways between every two nodes; no VXLAN of VNI %d in clear", vni)
-	}
-	return errors.Join(errs...)
+		if n := st.VXLAN[vni]; n > 0 {
+			errs = append(errs, fmt.Errorf("%d VXLAN packets of VNI %d in clear on the wire", n, vni))
+		}
+		if len(errs) == 0 {
+			w.c.T.Logf("on the wire: ESP both ways between every two nodes; no VXLAN of VNI %d in clear", vni)
+		}
+		return errs
+	})
 }
