@@ -169,7 +169,12 @@ plugin-push: plugin
 e2e-docker:
 	bash scripts/e2e-docker.sh
 
+# Every shell script of the tree through shellcheck (Debian's package;
+# .ci/run installs it): missing, vet fails and says so.
+SHELL_SCRIPTS = $(shell git ls-files '*.sh') .ci/run
 vet:
+	@command -v shellcheck >/dev/null || { echo "make vet: shellcheck is missing: apt-get install shellcheck" >&2; exit 1; }
+	shellcheck -x -P SCRIPTDIR $(SHELL_SCRIPTS)
 	$(GO) vet ./...
 	$(GO) vet -tags lockrank ./...
 	cd bench && $(GO) vet ./...

@@ -7,8 +7,9 @@
 #
 # The guest runs this machine's userland, so everything is installed and
 # built here before the boot: the harness's packages (e2e_install_packages,
-# scripts/e2e/lib.sh), bin/overlay-plugin and build/plugin
-# (e2e_build_plugin; Go would spend a minute linking under emulation). The
+# scripts/e2e/lib.sh), bin/overlay-plugin, build/plugin and the Go checks'
+# static test binary build/e2e/dockere2e.test (e2e_build_plugin; Go would
+# spend a minute linking under emulation, and the guest has none). The
 # guest installs build/plugin with plugin/install.sh, what the README's `make
 # plugin-install` runs (the host's Docker layer runs that command itself).
 #

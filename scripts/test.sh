@@ -19,7 +19,7 @@
 # TEST_LAYERS="go vm docker vm-docker" (the default) selects layers.
 set -uo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
 log() { printf '==> %s\n' "$*"; }
 

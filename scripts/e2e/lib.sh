@@ -120,15 +120,26 @@ e2e_install_packages() {
 	E2E_DOCKERD=$(command -v dockerd)
 }
 
-# e2e_build_plugin: bin/overlay-plugin (make build) and build/plugin.
+# e2e_build_plugin: bin/overlay-plugin (make build), build/plugin, and the
+# Go checks' test binary (e2e_build_gotest).
 e2e_build_plugin() {
 	if [[ ${E2E_SKIP_BUILD:-0} == 1 && -f $E2E_ROOT/build/plugin/config.json ]]; then
-		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin as is"
+		log "E2E_SKIP_BUILD=1: using $E2E_ROOT/build/plugin and $E2E_ROOT/build/e2e as they are"
 		return 0
 	fi
 	log "make build"
 	make -C "$E2E_ROOT" build >&2 || return 1
-	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin"
+	bash "$E2E_ROOT/plugin/build.sh" "$E2E_ROOT/build/plugin" || return 1
+	e2e_build_gotest
+}
+
+# e2e_build_gotest: test/dockere2e's test binary, the checks ported to Go
+# (scripts/e2e/checks.sh, E2E_GO_CHECKS), in build/e2e; static, so that the
+# test VM, which has no Go, runs it as it runs the other binaries.
+e2e_build_gotest() {
+	log "go test -c ./test/dockere2e"
+	mkdir -p "$E2E_ROOT/build/e2e"
+	(cd "$E2E_ROOT" && CGO_ENABLED=0 go test -c -o build/e2e/dockere2e.test ./test/dockere2e) >&2
 }
 
 # ---------------------------------------------------------------- helpers
@@ -230,8 +241,9 @@ e2e_topology() {
 	done
 	log "underlay up"
 	# Every node's underlay traffic crosses br0: the checks' capture point
-	# (scripts/e2e/checks.sh, ck_capture_start).
-	E2E_WIRE="ip netns exec $sw" E2E_WIRE_IF=br0
+	# (test/dockere2e, wire.go; scripts/e2e/checks.sh passes it on).
+	# shellcheck disable=SC2034 # read by checks.sh, sourced beside this file
+	E2E_WIRE_NETNS=$sw E2E_WIRE_IF=br0
 }
 
 # ---------------------------------------------------------------- dockerd
@@ -324,7 +336,7 @@ e2e_start_dockerd() {
 e2e_wait_dockerd() {
 	local i=$1
 	if ! e2e_wait 60 "dockerd $(e2e_node_name "$i")" e2e_dk "$i" version; then
-		e2e_dump_logs
+		e2e_dump_logs 40
 		die "dockerd $(e2e_node_name "$i") did not come up"
 	fi
 	kill -0 "${E2E_DOCKERD_PIDS[i]}" 2>/dev/null || die "dockerd $(e2e_node_name "$i") exited"
@@ -399,7 +411,8 @@ e2e_build_image() {
 # e2e_secret: the run's cluster secret, $E2E_TMP/secrets/secret, the same
 # for every node (the 'secrets' mount's source).
 e2e_secret() {
-	mkdir -p -m 700 "$E2E_TMP/secrets"
+	mkdir -p "$E2E_TMP/secrets"
+	chmod 700 "$E2E_TMP/secrets"
 	[[ -f $E2E_TMP/secrets/secret ]] || head -c 32 /dev/urandom | base64 >"$E2E_TMP/secrets/secret"
 	chmod 600 "$E2E_TMP/secrets/secret"
 }
@@ -413,6 +426,7 @@ e2e_plugin_settings() {
 	e2e_secret
 	echo "secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$1") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$1") ${E2E_PLUGIN_SETTINGS:-}"
 }
+# shellcheck disable=SC2034 # read by upgrade.sh
 E2E_UPGRADE_SETTINGS_FN=e2e_plugin_settings
 
 # e2e_install_plugin NAME: the plugin installed as NAME on every node by the
@@ -432,8 +446,8 @@ e2e_install_plugin() {
 	fi
 	for ((i = 0; i < E2E_NODES; i++)); do
 		(
-			export DOCKER="${E2E_DOCKER[i]}" PLUGIN_DIR="${E2E_PLUGIN_DIR:-$E2E_ROOT/build/plugin}" \
-				PLUGIN_SETTINGS="$(e2e_plugin_settings "$i")"
+			PLUGIN_SETTINGS=$(e2e_plugin_settings "$i")
+			export DOCKER="${E2E_DOCKER[i]}" PLUGIN_DIR="${E2E_PLUGIN_DIR:-$E2E_ROOT/build/plugin}" PLUGIN_SETTINGS
 			cd "$E2E_ROOT" || exit 1
 			if ((direct)); then
 				bash plugin/install.sh "$name"
@@ -577,9 +591,9 @@ e2e_stop_node() {
 	local i=$1 pid=${E2E_DOCKERD_PIDS[$1]:-} ns end left
 	ns=$(e2e_node_ns "$i")
 	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-		local ids
-		ids=$(e2e_dkt 10 "$i" ps -aq 2>/dev/null)
-		[[ -z $ids ]] || e2e_dkt 30 "$i" rm -f $ids >/dev/null 2>&1
+		local -a ids
+		mapfile -t ids < <(e2e_dkt 10 "$i" ps -aq 2>/dev/null)
+		((${#ids[@]} == 0)) || e2e_dkt 30 "$i" rm -f "${ids[@]}" >/dev/null 2>&1
 		e2e_dkt 20 "$i" swarm leave --force >/dev/null 2>&1
 		local pl
 		for pl in $(e2e_dkt 10 "$i" plugin ls -q 2>/dev/null); do
@@ -618,10 +632,10 @@ e2e_cleanup() {
 	log "cleanup"
 	local i ns d
 	# Services and networks first (manager), so the plugins see their teardown.
-	local svcs
+	local -a svcs
 	if ((${#E2E_DOCKER[@]})) && e2e_dkt 10 0 info >/dev/null 2>&1; then
-		svcs=$(e2e_dkt 10 0 service ls -q 2>/dev/null)
-		[[ -z $svcs ]] || e2e_dkt 30 0 service rm $svcs >/dev/null 2>&1
+		mapfile -t svcs < <(e2e_dkt 10 0 service ls -q 2>/dev/null)
+		((${#svcs[@]} == 0)) || e2e_dkt 30 0 service rm "${svcs[@]}" >/dev/null 2>&1
 	fi
 	for ((i = ${#E2E_DOCKERD_PIDS[@]} - 1; i >= 0; i--)); do
 		e2e_stop_node "$i"

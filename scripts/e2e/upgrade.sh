@@ -39,6 +39,149 @@ CK_UP_SVC=e2e-upv
 CK_UP_TCP_PORT=9000
 CK_UP_HOLD=${CK_UP_HOLD:-5}   # seconds of streams after each node's upgrade and checks
 
+# ------------------------------------------------------------------ its helpers
+# (beside checks.sh's, which the README's check shares; the other checks
+# are Go's, test/dockere2e)
+
+# Docker's VNIs start at 4096; the plugin's are 256..4095.
+CK_VNI_MIN=256 CK_VNI_MAX=4095
+
+# ck_mount_source I NAME: the host directory of the plugin's mount NAME on
+# node I (its settable source).
+ck_mount_source() {
+	local src
+	src=$(ck_dk "$1" plugin inspect -f "{{range .Settings.Mounts}}{{if eq .Name \"$2\"}}{{.Source}}{{end}}{{end}}" "$E2E_PLUGIN" 2>/dev/null)
+	[[ -n $src ]] && echo "$src"
+}
+
+# ck_sandbox_dir I: the plugin's sandbox directory as seen on node I's host
+# (OVERLAY_SANDBOX_DIR's default): overlay-plugin/netns in the host's /run
+# (the 'run' mount), or, in 0.1.0's layout, netns/ in its 'sandboxes' mount.
+ck_sandbox_dir() {
+	local src
+	if src=$(ck_mount_source "$1" run); then
+		echo "$src/overlay-plugin/netns"
+		return
+	fi
+	src=$(ck_mount_source "$1" sandboxes) || return 1
+	echo "$src/netns"
+}
+
+# ck_state_dir I: the plugin's state directory (state.db, admin.sock) as
+# seen on node I's host (OVERLAY_STATE_DIR's default): overlay-plugin in the
+# host's /var/lib (the 'var-lib' mount), or 0.1.0's 'state' mount.
+ck_state_dir() {
+	local src
+	if src=$(ck_mount_source "$1" var-lib); then
+		echo "$src/overlay-plugin"
+		return
+	fi
+	ck_mount_source "$1" state
+}
+
+# ck_host_leftovers I: prints what the plugin left on node I's host: netns
+# files in its sandbox dir, VXLAN devices with the plugin's VNIs (host netns
+# and any netns still mounted there), their FDB entries, xfrm state/policies.
+ck_host_leftovers() {
+	local i=$1 dir
+	dir=$(ck_sandbox_dir "$i") || { echo "cannot find the plugin's sandbox dir"; return 0; }
+	ck_hx "$i" bash -s "$dir" "$CK_VNI_MIN" "$CK_VNI_MAX" <<'EOF'
+dir=$1 lo=$2 hi=$3
+vx() { ip -d -o link show type vxlan 2>/dev/null | awk -v lo="$lo" -v hi="$hi" '{for (k = 1; k < NF; k++) if ($k == "id" && $(k+1) >= lo && $(k+1) <= hi) {print; next}}'; }
+if [[ -d $dir ]]; then
+	for f in "$dir"/*; do
+		[[ -e $f ]] || continue
+		echo "sandbox namespace left: $f"
+		nsenter --net="$f" ip -d -o link show type vxlan 2>/dev/null | sed 's/^/  vxlan in it: /'
+		nsenter --net="$f" bridge fdb show 2>/dev/null | grep ' dst ' | sed 's/^/  fdb in it: /'
+	done
+fi
+vx | sed 's/^/vxlan device in host netns: /'
+ip xfrm state list 2>/dev/null | grep -E '^src ' | sed 's/^/xfrm state: /'
+ip xfrm policy list 2>/dev/null | grep -E '^src ' | sed 's/^/xfrm policy: /'
+nft list tables 2>/dev/null | grep -w overlay_plugin | sed 's/^/nft: /'
+EOF
+}
+
+# ck_no_leftovers I SECONDS: wait up to SECONDS until ck_host_leftovers
+# finds nothing on node I; fails with what is left.
+ck_no_leftovers() {
+	local i=$1 end=$((SECONDS + $2)) left
+	while left=$(ck_host_leftovers "$i") && [[ -n $left ]] && ((SECONDS < end)); do sleep 1; done
+	if [[ -n $left ]]; then
+		ck_fail "node $i, $2 s after the network was removed: $(tr '\n' ';' <<<"$left")"
+		return 1
+	fi
+	ck_log "node $i: no sandbox, VXLAN device, FDB entry, xfrm state or policy, nor nft table left"
+}
+
+# ck_metrics I: the plugin's Prometheus metrics on node I, read on its host
+# through the admin socket in the plugin's state directory.
+ck_metrics() {
+	local src
+	src=$(ck_state_dir "$1") || return 1
+	ck_hx "$1" curl -sf --unix-socket "$src/admin.sock" http://plugin/metrics
+}
+
+# ck_web_containers NET NAME: a container NAME-<i> on every node i (docker
+# run), on NET, serving its node's host name over HTTP on $CK_PORT; fills
+# the caller's arrays cid, ip and host.
+ck_web_containers() {
+	local net=$1 name=$2 i out
+	for ((i = 0; i < CK_N; i++)); do
+		host[i]=$(ck_dk "$i" info -f '{{.Name}}')
+		out=$(ck_dk "$i" run -d --name "$name-$i" --hostname "${host[i]}" --network "$net" "$E2E_IMAGE" \
+			sh -c "hostname >/www/index.html; exec httpd -f -p $CK_PORT -h /www" 2>&1) || {
+			ck_fail "docker run --network $net on ${host[i]}: $out"
+			return 1
+		}
+		CK_CONTAINERS+=("$i:$name-$i")
+		cid[i]=$out
+		ip[i]=$(ck_ip "$i" "${cid[i]}" "$net")
+		ck_log "container $name-$i on ${host[i]}: ${ip[i]}"
+	done
+}
+
+# ck_containers_mesh NAME [names]: the caller's ck_web_containers NAME
+# reach each other across hosts by address; with "names", by container name
+# too (Docker's embedded DNS must give the container's address), otherwise
+# what the name resolves to is only noted.
+ck_containers_mesh() {
+	local name=$1 names=${2:-} i j out rc fails=0
+	for ((i = 0; i < CK_N; i++)); do
+		for ((j = 0; j < CK_N; j++)); do
+			((i == j)) && continue
+			out=$(ck_get "$i" "${cid[i]}" "${ip[j]}") && rc=0 || rc=$?
+			if ((rc)) || [[ $out != "${host[j]}" ]]; then
+				ck_fail "${host[i]} -> ${host[j]} (${ip[j]}): rc=$rc body='${out:0:200}'"
+				fails=1
+			else
+				ck_log "${host[i]} -> ${host[j]} (${ip[j]}): ok"
+			fi
+			if [[ $names != names ]]; then
+				out=$(ck_resolve "$i" "${cid[i]}" "$name-$j" | tr '\n' ' ')
+				ck_log "note: ${host[i]} resolves $name-$j to [${out}]"
+			elif out=$(ck_retry 15 ck_resolve_n "$i" "${cid[i]}" "$name-$j" 1) && [[ $out == "${ip[j]}" ]]; then
+				ck_log "${host[i]} -> $name-$j by name: ${ip[j]}"
+			else
+				ck_fail "${host[i]}: $name-$j resolves to [$(tr '\n' ' ' <<<"$out")], want ${ip[j]}"
+				fails=1
+			fi
+		done
+	done
+	return "$fails"
+}
+
+# ck_vip_names I CID NAME N: the distinct answers of N requests from
+# container CID on node I to http://NAME:$CK_PORT/ (a service's VIP).
+ck_vip_names() {
+	# One exec for all N: each wget is still its own connection, balanced on
+	# its own, and a docker exec costs seconds on an emulated VM.
+	# shellcheck disable=SC2016 # expanded by the container's sh
+	ck_dk "$1" exec "$2" sh -c 'n=$1; while [ "$n" -gt 0 ]; do timeout 3 wget -q -O- "$2"; n=$((n - 1)); done; true' \
+		sh "$4" "http://$3:$CK_PORT/" 2>/dev/null | sort | uniq -c | awk '{printf "%s(%d) ", $2, $1}'
+}
+
 # e2e_upgrade_to: the release this tree builds (VERSION, as the Makefile).
 e2e_upgrade_to() {
 	if [[ -n ${E2E_UPGRADE_TO:-} ]]; then
@@ -190,7 +333,7 @@ ck_up_readme() {
 	cmd=$(ck_readme_cmds Install | grep -m1 '^docker plugin install ') \
 		|| { ck_fail "README, Install: no docker plugin install command"; return 1; }
 	read -ra words <<<"${cmd#docker }"
-	CK_UP_INSTALL=() CK_UP_INSTALL_SET=() CK_UP_NAME= CK_UP_ENABLE_AFTER=0
+	CK_UP_INSTALL=() CK_UP_INSTALL_SET=() CK_UP_NAME='' CK_UP_ENABLE_AFTER=0
 	for w in "${!words[@]}"; do
 		if ((seen)); then
 			CK_UP_INSTALL_SET+=("${words[w]}")
@@ -243,6 +386,7 @@ ck_up_install() {
 		# creates only with the engine's first container (or swarm's ingress
 		# sandbox): 0.1.0 cannot be enabled on a fresh engine (fixed by the
 		# next release's 'run' mount). Its operators had to create it.
+		# shellcheck disable=SC2016 # expanded by the node's sh
 		ck_log "node $i: /run/docker/netns $(ck_hx "$i" sh -c 'test -d /run/docker/netns && echo "exists: [$(ls /run/docker/netns | tr "\n" " ")]"' || echo 'is missing: created for 0.1.0')"
 		ck_hx "$i" mkdir -p /run/docker/netns || { ck_fail "node $i: mkdir /run/docker/netns"; return 1; }
 	fi

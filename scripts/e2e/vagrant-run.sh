@@ -36,7 +36,9 @@ e2e_sshx() {
 	ssh -o BatchMode=yes "$h" "$(printf '%q ' "$@")"
 }
 
-E2E_DOCKER=() E2E_HOSTX=()
+# The Go checks (test/dockere2e) exec their host prefix: plain ssh, whose
+# remote shell gets their words unquoted (none needs quoting).
+E2E_DOCKER=() E2E_HOSTX=() E2E_GO_HOSTX=()
 for ((i = 0; i < E2E_NODES; i++)); do
 	if [[ $local_addrs == *" ${addrs[i]} "* ]]; then
 		E2E_DOCKER[i]="docker"
@@ -44,12 +46,17 @@ for ((i = 0; i < E2E_NODES; i++)); do
 	else
 		E2E_DOCKER[i]="docker -H ssh://root@${addrs[i]}"
 		E2E_HOSTX[i]="e2e_sshx root@${addrs[i]}"
+		E2E_GO_HOSTX[i]="ssh -o BatchMode=yes root@${addrs[i]}"
 	fi
 done
+# The Go checks capture in a named namespace: this VM's own, named for the
+# run (no address or route is added).
 if [[ ${E2E_WIRE_HUB:-0} == 1 ]]; then
 	for a in "${addrs[@]}"; do
 		[[ $local_addrs == *" $a "* ]] || continue
-		E2E_WIRE=env E2E_WIRE_IF=$(ip -o addr show to "$a" | awk '{print $2; exit}')
+		E2E_WIRE_IF=$(ip -o addr show to "$a" | awk '{print $2; exit}')
+		E2E_WIRE_NETNS=oe-wire$$
+		ip netns attach "$E2E_WIRE_NETNS" $$ || die "ip netns attach $E2E_WIRE_NETNS"
 	done
 fi
 e2e_node_log() { e2e_hx "$1" journalctl -u docker --no-pager -o cat --since "-30min"; }
@@ -73,7 +80,7 @@ E2E_ON_FAIL=e2e_on_fail
 E2E_PLUGIN_SETTINGS="OVERLAY_DEAD_GRACE=10m ${E2E_PLUGIN_SETTINGS:-}"
 
 E2E_TMP=$(mktemp -d /tmp/oe.XXXXXX)
-trap 'rm -rf "$E2E_TMP"' EXIT
+trap 'rm -rf "$E2E_TMP"; [[ -z ${E2E_WIRE_NETNS:-} ]] || ip netns del "$E2E_WIRE_NETNS"' EXIT
 T0=$SECONDS
 
 # Offline VMs have no Go: the binary built on the host (`make build`,
@@ -81,8 +88,10 @@ T0=$SECONDS
 if command -v go >/dev/null; then
 	log "build: make build, plugin/build.sh"
 	make -C "$E2E_ROOT" build >&2 || die "make build failed"
+	e2e_build_gotest || die "building test/dockere2e failed"
 else
 	[[ -x $E2E_ROOT/bin/overlay-plugin ]] || die "no go here and no bin/overlay-plugin: run make build on the host"
+	[[ -x $E2E_GO_TEST ]] || die "no go here and no $E2E_GO_TEST: build it on the host (e2e_build_gotest, scripts/e2e/lib.sh)"
 	log "build: plugin/build.sh with the host-built bin/overlay-plugin"
 fi
 bash "$E2E_ROOT/plugin/build.sh" >&2 || die "plugin/build.sh failed"

@@ -32,6 +32,7 @@ if ((${#need[@]})); then
 fi
 
 # The same mirror apt uses here: the only one reachable.
+# shellcheck disable=SC2016 # apt-get's own field syntax
 mirror=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/dev/null |
 	grep -v -e security -e updates | head -n1)
 : "${mirror:?no Debian mirror in the apt sources}"

@@ -6,8 +6,9 @@
 # Idempotent: build-box.sh runs it on every build.
 set -euo pipefail
 root=${1:?usage: configure-root.sh ROOT}
-pub=$(ls /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub 2>/dev/null | head -n1)
-[[ -n $pub ]] || { echo "configure-root: vagrant's insecure key not found" >&2; exit 1; }
+pubs=(/usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub)
+pub=${pubs[0]}
+[[ -f $pub ]] || { echo "configure-root: vagrant's insecure key not found" >&2; exit 1; }
 
 echo bookworm >"$root/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 bookworm\n' >"$root/etc/hosts"

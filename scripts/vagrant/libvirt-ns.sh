@@ -36,6 +36,7 @@ stdio_handler = "file"
 security_driver = "none"
 remember_owner = 0
 CONF
+	# shellcheck disable=SC2016 # expanded by the namespace's sh
 	ip netns exec "$ns" sh -c 'mount --bind "$1" /etc/libvirt/qemu.conf && exec libvirtd --daemon --pid-file "$2"' \
 		sh "$state/qemu.conf" "$pidf"
 	local up=0

@@ -16,6 +16,9 @@ log() { printf '%s [vagrant] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 VAGRANT_BOX_NAME=$VAGRANT_BOX bash "$here/build-box.sh"
 make -C "$root" build >&2
+# The Go checks' test binary too: node3 may have no Go.
+# shellcheck source=scripts/e2e/lib.sh
+(source "$root/scripts/e2e/lib.sh" && e2e_build_gotest)
 bash "$here/libvirt-ns.sh" start
 cleanup() {
 	[[ ${VAGRANT_KEEP:-0} == 1 ]] && { log "kept: VMs running, see scripts/vagrant/README.md"; return; }

@@ -53,7 +53,7 @@ func (s *suite) phaseESP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: ip xfrm state: %v\n%s", h1.Name, err, out)
 	}
-	capt, err := startCapture(h2.NS, testbed.HostLink, vxlanPort)
+	capt, err := testbed.StartCapture(h2.NS, testbed.HostLink, vxlanPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func (s *suite) phaseESP(t *testing.T) {
 
 	t.Logf("capture on h2 %s: %d IPv4 packets, ESP %v (largest %d bytes), plaintext VXLAN by VNI %v, %d fragments",
 		testbed.HostLink, cs.Total, cs.ESP, cs.ESPMaxLen, cs.VXLAN, cs.Fragments)
-	for _, dir := range []addrPair{{a, b}, {b, a}} {
+	for _, dir := range []testbed.AddrPair{{Src: a, Dst: b}, {Src: b, Dst: a}} {
 		if cs.ESP[dir] < pings+1 {
 			t.Errorf("capture on h2: %d ESP packets %v, want at least %d", cs.ESP[dir], dir, pings+1)
 		}

@@ -28,7 +28,7 @@ func (s *suite) phaseOutsideFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := s.mustStatus(t, h1).Firewall
-	capt, err := startCapture(h2.NS, testbed.HostLink, vxlanPort)
+	capt, err := testbed.StartCapture(h2.NS, testbed.HostLink, vxlanPort)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capt, err := startCapture(h2.NS, testbed.HostLink, vxlanPort)
+	capt, err := testbed.StartCapture(h2.NS, testbed.HostLink, vxlanPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func (s *suite) phasePlaintext(t *testing.T) {
 	if cs.VXLAN[s.enc.VNI] < copies {
 		t.Errorf("capture on h2: %d plaintext VXLAN packets of VNI %d arrived, want the %d sent (the negative result proves nothing otherwise)", cs.VXLAN[s.enc.VNI], s.enc.VNI, copies)
 	}
-	if cs.ESP[addrPair{h3.Underlay, h2.Underlay}] == 0 {
+	if cs.ESP[testbed.AddrPair{Src: h3.Underlay, Dst: h2.Underlay}] == 0 {
 		t.Errorf("capture on h2: the IPsec control packet did not arrive as ESP from h3: %v", cs.ESP)
 	}
 }

@@ -28,7 +28,7 @@ func (s *suite) phaseRestart(t *testing.T) {
 	if err := h1.Plugin.HoldSandboxes(); err != nil {
 		t.Fatal(err)
 	}
-	capt, err := startCapture(h2.NS, testbed.HostLink, vxlanPort)
+	capt, err := testbed.StartCapture(h2.NS, testbed.HostLink, vxlanPort)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,11 @@
 package encrypted
 
 // Packet-level helpers, all running inside this process on threads switched
-// into a namespace (testbed.Netns.Do): a DF ping of a chosen size, an
-// AF_PACKET capture that classifies what crosses a host's underlay link,
+// into a namespace (testbed.Netns.Do): a DF ping of a chosen size,
 // crafted VXLAN frames sent raw onto the underlay, a UDP sink, and
 // sequenced UDP echo streams for counting loss. No tcpdump, ping or
 // netcat: under the VM's emulation every process start costs 50-150 ms.
+// What crosses a host's underlay link is testbed.StartCapture's.
 
 import (
 	"bytes"
@@ -90,148 +90,6 @@ func pingDF(ns *testbed.Netns, dst netip.Addr, size int, timeout time.Duration) 
 	}
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-// addrPair is a (source, destination) of IPv4 packets.
-type addrPair struct{ Src, Dst netip.Addr }
-
-func (p addrPair) String() string { return p.Src.String() + "->" + p.Dst.String() }
-
-// captureStats classifies the IPv4 packets a capture saw.
-type captureStats struct {
-	ESP map[addrPair]int
-	// ESPMaxLen is the largest IPv4 total length of an ESP packet.
-	ESPMaxLen int
-	// VXLAN counts plaintext VXLAN (UDP to vxlanPort) by VNI.
-	VXLAN map[uint32]int
-	// Fragments counts IPv4 fragments of any protocol.
-	Fragments int
-	Total     int
-}
-
-// capture records what crosses one interface, both directions, with an
-// AF_PACKET socket.
-type capture struct {
-	fd      int
-	ifindex int
-	port    uint16
-	stop    atomic.Bool
-	done    chan struct{}
-	closeFD sync.Once
-	mu      sync.Mutex
-	st      captureStats
-	err     error
-}
-
-// startCapture opens the capture on ifname inside ns; VXLAN is recognised
-// by UDP destination port vxlanPort.
-func startCapture(ns *testbed.Netns, ifname string, vxlanPort uint16) (*capture, error) {
-	c := &capture{fd: -1, port: vxlanPort, done: make(chan struct{}),
-		st: captureStats{ESP: map[addrPair]int{}, VXLAN: map[uint32]int{}}}
-	err := ns.Do(func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		tv := unix.Timeval{Usec: 100_000}
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			unix.Close(fd)
-			return err
-		}
-		c.fd, c.ifindex = fd, ifi.Index
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("capture on %s in %s: %w", ifname, ns.Name, err)
-	}
-	go c.loop()
-	return c, nil
-}
-
-func (c *capture) loop() {
-	defer close(c.done)
-	buf := make([]byte, 65536)
-	for {
-		// Once stopping, drain what is queued without waiting: a packet
-		// the test already saw arrive is in the queue by then (outgoing
-		// copies are queued at transmit time).
-		stopping := c.stop.Load()
-		flags := 0
-		if stopping {
-			flags = unix.MSG_DONTWAIT
-		}
-		n, from, err := unix.Recvfrom(c.fd, buf, flags)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) || (errors.Is(err, unix.EAGAIN) && !stopping) {
-				continue
-			}
-			if errors.Is(err, unix.EAGAIN) {
-				return // drained
-			}
-			c.mu.Lock()
-			c.err = err
-			c.mu.Unlock()
-			return
-		}
-		// Packets that raced the bind may come from another interface.
-		if ll, ok := from.(*unix.SockaddrLinklayer); !ok || ll.Ifindex != c.ifindex {
-			continue
-		}
-		c.parse(buf[:n])
-	}
-}
-
-func (c *capture) parse(f []byte) {
-	if len(f) < 14+20 || binary.BigEndian.Uint16(f[12:]) != 0x0800 {
-		return
-	}
-	ip := f[14:]
-	ihl := int(ip[0]&0x0f) * 4
-	total := int(binary.BigEndian.Uint16(ip[2:]))
-	if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl {
-		return
-	}
-	src, _ := netip.AddrFromSlice(ip[12:16])
-	dst, _ := netip.AddrFromSlice(ip[16:20])
-	frag := binary.BigEndian.Uint16(ip[6:])
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.st.Total++
-	if frag&0x3fff != 0 { // MF or an offset
-		c.st.Fragments++
-	}
-	switch ip[9] {
-	case unix.IPPROTO_ESP:
-		c.st.ESP[addrPair{src, dst}]++
-		c.st.ESPMaxLen = max(c.st.ESPMaxLen, total)
-	case unix.IPPROTO_UDP:
-		u := ip[ihl:]
-		if frag&0x1fff == 0 && len(u) >= 8+8 && binary.BigEndian.Uint16(u[2:]) == c.port {
-			vni := uint32(u[12])<<16 | uint32(u[13])<<8 | uint32(u[14])
-			c.st.VXLAN[vni]++
-		}
-	}
-}
-
-// Stop ends the capture and returns what it saw; again if called again
-// (a deferred Stop after the test's own is harmless).
-func (c *capture) Stop() (captureStats, error) {
-	c.stop.Store(true)
-	<-c.done
-	c.closeFD.Do(func() { unix.Close(c.fd) })
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.st, c.err
-}
-
 // ipv4Header builds a 20-byte IPv4 header with its checksum.
 func ipv4Header(src, dst netip.Addr, proto byte, payloadLen int, id uint16) []byte {
 	h := make([]byte, 20)
@@ -310,7 +168,7 @@ func sendRaw(ns *testbed.Netns, ifname string, frame []byte, count int, gap time
 		return fmt.Errorf("raw socket on %s in %s: %w", ifname, ns.Name, err)
 	}
 	defer unix.Close(fd)
-	sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: htons(0x0800)}
+	sa := &unix.SockaddrLinklayer{Ifindex: ifindex, Halen: 6, Protocol: testbed.Htons(0x0800)}
 	copy(sa.Addr[:], frame[:6])
 	for i := range count {
 		if i > 0 {

@@ -1,0 +1,38 @@
+package dockere2e
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The parsers of the tools' output run without the e2e environment.
+
+func TestNslookupAnswers(t *testing.T) {
+	out := `Server:		127.0.0.11
+Address:	127.0.0.11:53
+
+Non-authoritative answer:
+Name:	tasks.web
+Address: 203.0.113.35
+Name:	tasks.web
+Address: 203.0.113.34
+Address: 203.0.113.35
+`
+	if got, want := nslookupAnswers(out), []string{"203.0.113.34", "203.0.113.35"}; !slices.Equal(got, want) {
+		t.Errorf("nslookupAnswers = %v, want %v", got, want)
+	}
+	if got := nslookupAnswers("** server can't find x: NXDOMAIN\n"); len(got) != 0 {
+		t.Errorf("nslookupAnswers of a failure = %v, want none", got)
+	}
+}
+
+func TestPluginVXLANs(t *testing.T) {
+	out := `7: vx-000100-abcde: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450 qdisc noqueue master br0 state UNKNOWN mode DEFAULT group default \    link/ether 2a:aa:bb:cc:dd:ee brd ff:ff:ff:ff:ff:ff link-netnsid 0 promiscuity 1 minmtu 68 maxmtu 65535 \    vxlan id 256 srcport 0 0 dstport 4789 proxy l2miss l3miss ttl auto ageing 300
+9: vxlan0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450 qdisc noqueue master br0 state UNKNOWN \    vxlan id 4097 srcport 0 0 dstport 4789 proxy l2miss l3miss ttl auto ageing 300
+`
+	got := pluginVXLANs(out)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "7: ") {
+		t.Errorf("pluginVXLANs = %q, want the VNI 256 device only (Docker's start at 4096)", got)
+	}
+}
