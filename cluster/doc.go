@@ -1,0 +1,81 @@
+// Package cluster is the plugin's own control plane: the instances of the
+// plugin on every host find each other with hashicorp/memberlist and
+// replicate the table of endpoints (network, endpoint → IPs, MAC, VTEP),
+// because Docker gives a network plugin no peer table.
+//
+// # Scope
+//
+// Like Docker's NetworkDB, the table is scoped per network: a node keeps
+// and receives the endpoint records of the networks it has (NetworkAdded,
+// NetworkRemoved; Publish implies the network), nothing else. What every
+// node keeps is who has which network: a membership record per (node,
+// network), under the same rules as endpoint records. A node that leaves
+// a network takes its records there with it.
+//
+// # Table and versions
+//
+// Every node owns the records of its local endpoints and is the only one to
+// version them. A version is (Epoch, Seq): Epoch is the node's start time in
+// ns (moved past any higher epoch found under its own name, so a clock that
+// stepped back across a restart cannot make the new incarnation lose), Seq
+// a per-node counter. Newer wins, equal is a no-op, older is dropped. A
+// delete is a tombstone with a newer version, kept for TombstoneTTL; on the
+// wire a tombstone carries its age, not a timestamp, so skew between
+// clocks does not matter. A delete and a re-create of the same endpoint id
+// therefore end in the re-created state everywhere, in whatever order or
+// combination they arrive (moby #49908).
+//
+// # Ownership
+//
+// A record is accepted only from an owner that is a member, alive or gone
+// for less than DeadGrace (a falsely suspected node keeps publishing);
+// records of an owner gone past the grace are rejected, so a lagging node
+// cannot resurrect what every node purged. Records whose owner is not yet
+// known are held (bounded) until it joins, so gossip that outruns the
+// owner's alive message is not lost. A record for an
+// endpoint held under another owner is rejected unless that owner is gone
+// past the grace period; a live record whose VTEP differs from the address
+// its owner advertises in its memberlist meta is rejected. A record under
+// this node's own name that this node does not hold is from an earlier
+// incarnation: it is retracted with a newer tombstone.
+//
+// # Dissemination
+//
+// An owner pushes its changed records straight to every alive member of
+// their network, batched per member, over memberlist's reliable channel
+// (push.go); a node new in a network (or back with a new incarnation) is
+// pushed all of the owner's records there. Nothing is relayed, and record
+// traffic never waits in memberlist's packet queue behind failure
+// detection. Anti-entropy compares per-network digests with one random
+// member per network every SyncInterval and ships only the records of the
+// owners that differ (sync.go). Memberships are broadcast through a
+// memberlist.TransmitLimitedQueue, relayed once by every node that
+// accepts them, pushed to the network's members, and carried by
+// memberlist's push/pull. Nodes that fail or leave keep their records for
+// DeadGrace, then every node drops them locally. Every RejoinInterval the
+// node re-joins seeds, Docker's node hints and former members that are not
+// alive; every ProbeInterval it pings a few former members that are gone
+// and joins those that answer, so a healed partition is noticed within
+// about a second (rejoin.go). A member back from gone gets a push/pull
+// and a digest exchange of the networks both have at once.
+//
+// # Delivery
+//
+// Changes to remote records mark (network, endpoint) keys dirty; one
+// goroutine takes the dirty set, copies the CURRENT values under the lock
+// and calls the Sink with no lock held (AddPeer for a live remote record,
+// DeletePeer otherwise). A stale value can therefore never overwrite a
+// newer one, and bursts coalesce.
+//
+// # Locks
+//
+// Cluster.mu is the main lock of this package. It sits below the driver's
+// network.mu (Publish, Retract, Snapshot, NetworkAdded and NetworkRemoved
+// are called with one held) and below memberlist's internal node lock
+// (memberlist calls its event delegate with that held). Above it nothing;
+// below it only leaves: the broadcast queue's internal lock, and the log
+// limiter's (ratelog.go), taken when the state logs a refusal. With mu held
+// the package never calls the Sink, never calls a memberlist.Memberlist
+// method and never blocks on a channel; the push workers wait on a
+// condition variable of mu, and send with it released.
+package cluster
