@@ -181,3 +181,7 @@ func quietLogrus(logs *logCounter) {
 		l.AddHook(logrusHook{logs})
 	})
 }
+
+// settle: a bulk sync in flight when its host closes waits for the peer's
+// ack for up to 30 s (networkdb's bulkSyncNode), watching no context.
+func (s *networkDBSystem) settle() time.Duration { return 35 * time.Second }

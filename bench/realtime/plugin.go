@@ -114,3 +114,6 @@ func (s *pluginSystem) close() {
 		}
 	})
 }
+
+// settle: the cluster's Close waits for its own goroutines.
+func (s *pluginSystem) settle() time.Duration { return 10 * time.Second }

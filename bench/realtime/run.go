@@ -96,14 +96,15 @@ func runOne(sys system, p Params, logs *logCounter, progress func(string)) (*Res
 		go func() { sys.close(); close(closed) }()
 		select {
 		case <-closed:
-			// Goroutines of closed hosts may take a moment to return.
-			waitFor(10*time.Second, 100*time.Millisecond, func() bool { return runtime.NumGoroutine() <= gor0 })
+			res.CloseSec = time.Since(t0).Seconds()
+			// Goroutines of closed hosts may take a while to return.
+			waitFor(sys.settle(), 100*time.Millisecond, func() bool { return runtime.NumGoroutine() <= gor0 })
 			res.Goroutines = max(runtime.NumGoroutine()-gor0, 0)
 		case <-time.After(p.Timeout):
+			res.CloseSec = time.Since(t0).Seconds()
 			res.Errors = append(res.Errors, fmt.Sprintf("hosts not closed within %v", p.Timeout))
 			res.Correct = false
 		}
-		res.CloseSec = time.Since(t0).Seconds()
 	}()
 	membership, network, err := sys.start(p, tr)
 	if err != nil {

@@ -181,6 +181,9 @@ type system interface {
 	// checks what its events delivered).
 	verifyTable(host int) error
 	close()
+	// settle bounds how long the goroutines of closed hosts may take to
+	// return: the longest wait the system's own code keeps after close.
+	settle() time.Duration
 }
 
 // waitFor polls f every interval until it holds or timeout passes.
