@@ -13,35 +13,19 @@ import (
 	"testing"
 
 	api "github.com/docker/go-plugins-helpers/network"
-	"go.etcd.io/bbolt"
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/driver/drivertest"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
-	"github.com/overlay-plugin/overlay-plugin/vni"
 )
-
-type stubUnderlay struct{}
-
-func (stubUnderlay) DefaultAddr() (netip.Addr, error) {
-	return netip.MustParseAddr("198.51.100.1"), nil
-}
-func (stubUnderlay) MTU(netip.Addr) (int, error) { return 1500, nil }
 
 func newDriver(t *testing.T) *driver.Driver {
 	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	vnis, err := vni.Open(db, vni.DefaultRange)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := driver.New(driver.Config{Kernel: fakekernel.New(), Underlay: stubUnderlay{}, VNIs: vnis,
-		VXLANPort: 4789, AdvertiseAddr: netip.MustParseAddr("198.51.100.1"), Logger: slog.New(slog.DiscardHandler)})
+	d, err := driver.New(driver.Config{Kernel: fakekernel.New(), Underlay: drivertest.Underlay{Addr: drivertest.VTEP},
+		VNIs: drivertest.VNIs(t, drivertest.StateDB(t)), VXLANPort: 4789, AdvertiseAddr: drivertest.VTEP,
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,24 +5,17 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"path/filepath"
 	"testing"
 
 	api "github.com/docker/go-plugins-helpers/network"
 	"go.etcd.io/bbolt"
 
+	"github.com/overlay-plugin/overlay-plugin/driver/drivertest"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
-	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
-// stubUnderlay is a host with one 1500-byte interface.
-type stubUnderlay struct{ addr netip.Addr }
-
-func (u stubUnderlay) DefaultAddr() (netip.Addr, error) { return u.addr, nil }
-func (u stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
-
-var localVTEP = netip.MustParseAddr("198.51.100.1")
+var localVTEP = drivertest.VTEP
 
 func newTestDriver(t testing.TB, k kernel.Kernel) *Driver {
 	return newTestDriverAt(t, k, localVTEP)
@@ -34,26 +27,26 @@ func newTestDriverAt(t testing.TB, k kernel.Kernel, vtep netip.Addr) *Driver {
 }
 
 // testDB is a state database for one test, closed at its end.
-func testDB(t testing.TB) *bbolt.DB {
-	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	db.NoSync = true // a test's database need not survive a power cut
-	return db
-}
+func testDB(t testing.TB) *bbolt.DB { return drivertest.StateDB(t) }
 
 // newTestDriverWith builds a driver on db, as a (re)started plugin does.
 func newTestDriverWith(t testing.TB, k kernel.Kernel, vtep netip.Addr, db *bbolt.DB, expectEncryption bool) *Driver {
 	t.Helper()
-	alloc, err := vni.Open(db, vni.DefaultRange)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789, AdvertiseAddr: vtep, DB: db,
-		ExpectEncryption: expectEncryption, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := testConfig(t, k, db)
+	cfg.AdvertiseAddr, cfg.ExpectEncryption = vtep, expectEncryption
+	return newFromConfig(t, cfg)
+}
+
+// testConfig is the configuration of a driver on k and db on the test
+// host (drivertest), as a plugin opens it.
+func testConfig(t testing.TB, k kernel.Kernel, db *bbolt.DB) Config {
+	return Config{Kernel: k, Underlay: drivertest.Underlay{Addr: localVTEP}, VNIs: drivertest.VNIs(t, db), VXLANPort: 4789,
+		AdvertiseAddr: localVTEP, DB: db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func newFromConfig(t testing.TB, cfg Config) *Driver {
+	t.Helper()
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package driver
 import (
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"testing"
@@ -16,7 +14,6 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/servicelb/fakelb"
-	"github.com/overlay-plugin/overlay-plugin/vni"
 )
 
 // newLBDriver is a driver with a fake kernel and a fake load balancer.
@@ -29,17 +26,9 @@ func newLBDriver(t *testing.T) (*Driver, *fakelb.LB) {
 // newLBDriverWith builds it on k, db and lb, as a (re)started plugin does.
 func newLBDriverWith(t *testing.T, k *fakekernel.Kernel, db *bbolt.DB, lb *fakelb.LB) *Driver {
 	t.Helper()
-	alloc, err := vni.Open(db, vni.DefaultRange)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(Config{Kernel: k, Underlay: stubUnderlay{localVTEP}, VNIs: alloc, VXLANPort: 4789,
-		AdvertiseAddr: localVTEP, DB: db, LoadBalancer: lb, SandboxDir: "/docker-netns",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	cfg := testConfig(t, k, db)
+	cfg.LoadBalancer, cfg.SandboxDir = lb, "/docker-netns"
+	return newFromConfig(t, cfg)
 }
 
 func joinAt(t *testing.T, d *Driver, nid, eid string, i int, key string) {

@@ -2,25 +2,13 @@ package pluginapi_test
 
 import (
 	"log/slog"
-	"net/netip"
-	"path/filepath"
 	"testing"
-	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/driver/drivertest"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 	"github.com/overlay-plugin/overlay-plugin/vni"
 )
-
-// stubUnderlay is a host with one interface, stubVTEP, MTU 1500.
-type stubUnderlay struct{}
-
-var stubVTEP = netip.MustParseAddr("198.51.100.1")
-
-func (stubUnderlay) DefaultAddr() (netip.Addr, error) { return stubVTEP, nil }
-func (stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
 
 // testLogger writes to the test log, so failures show the plugin's view.
 func testLogger(t *testing.T) *slog.Logger {
@@ -35,17 +23,9 @@ type testDriver struct {
 
 func newTestDriver(t *testing.T) testDriver {
 	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, &bbolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	vnis, err := vni.Open(db, vni.DefaultRange)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vnis := drivertest.VNIs(t, drivertest.StateDB(t))
 	k := fakekernel.New()
-	d, err := driver.New(driver.Config{Kernel: k, Underlay: stubUnderlay{}, VNIs: vnis, VXLANPort: 4789, AdvertiseAddr: stubVTEP, Logger: testLogger(t)})
+	d, err := driver.New(driver.Config{Kernel: k, Underlay: drivertest.Underlay{Addr: drivertest.VTEP}, VNIs: vnis, VXLANPort: 4789, AdvertiseAddr: drivertest.VTEP, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,19 +2,18 @@ package main
 
 import (
 	"log/slog"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/overlay-plugin/overlay-plugin/driver/drivertest"
 )
 
 // stubUnderlay is a host with one interface, stubVTEP, MTU 1500.
-type stubUnderlay struct{}
-
-var stubVTEP = netip.MustParseAddr("198.51.100.1")
-
-func (stubUnderlay) DefaultAddr() (netip.Addr, error) { return stubVTEP, nil }
-func (stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
+var (
+	stubVTEP     = drivertest.VTEP
+	stubUnderlay = drivertest.Underlay{Addr: stubVTEP}
+)
 
 // testLogger writes to the test log, so failures show the plugin's view.
 // memberlist's goroutines may outlive Shutdown by a moment: what they log

@@ -51,7 +51,7 @@ func testConfig(t *testing.T) serveConfig {
 func testDeps(k *fakekernel.Kernel) serveDeps {
 	return serveDeps{
 		newKernel:       func(serveConfig) (kernel.Kernel, func(), error) { return k, func() {}, nil },
-		newUnderlay:     func(serveConfig) (driver.Underlay, func(), error) { return stubUnderlay{}, func() {}, nil },
+		newUnderlay:     func(serveConfig) (driver.Underlay, func(), error) { return stubUnderlay, func() {}, nil },
 		readyWait:       10 * time.Second,
 		lockWait:        200 * time.Millisecond,
 		httpGrace:       5 * time.Second,

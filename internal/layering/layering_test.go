@@ -38,7 +38,7 @@ var rules = map[string][]string{
 	// Fakes and test harnesses never ship in the binary.
 	"cmd/overlay-plugin": {"kernel/fakekernel", "kernel/kerneltest", "encryption/fakexfrm", "encryption/xfrmtest", "servicelb/fakelb",
 		"firewall/firewalltest", "dockerengine/enginetest", "pluginapi/pluginapitest",
-		"internal/testns", "internal/testbed"},
+		"internal/testns", "internal/testbed", "driver/drivertest"},
 }
 
 func TestImportRules(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/cluster"
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/driver/drivertest"
 	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
@@ -218,11 +219,6 @@ func (k *stampKernel) Program(sb string, ops []kernel.EntryOp) []error {
 
 var _ kernel.Kernel = (*stampKernel)(nil)
 
-type stubUnderlay struct{ addr netip.Addr }
-
-func (u stubUnderlay) DefaultAddr() (netip.Addr, error) { return u.addr, nil }
-func (u stubUnderlay) MTU(netip.Addr) (int, error)      { return 1500, nil }
-
 // node is one simulated host: a plugin instance's driver and gossip on
 // their own fake kernel and in-memory transport.
 type node struct {
@@ -255,7 +251,7 @@ func startNode(dir string, net *memnet.Network, p params, tr *tracker, cost *opC
 	}
 	n.d, err = driver.New(driver.Config{
 		Kernel:        n.k,
-		Underlay:      stubUnderlay{n.ip},
+		Underlay:      drivertest.Underlay{Addr: n.ip},
 		VNIs:          alloc,
 		AdvertiseAddr: n.ip,
 		VXLANPort:     vxlanPort,
