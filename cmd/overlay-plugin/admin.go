@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/overlay-plugin/overlay-plugin/cluster"
@@ -16,11 +17,17 @@ import (
 type gate = pluginapi.Gate[*driver.Driver]
 
 // adminBackend is the admin API's view: the driver through the gate, plus
-// the control plane once it runs.
+// the control plane once it runs. gossip says the control plane is
+// configured: it then owns the remote peers, and its next sync would
+// remove one added by hand, so the hand's writes are refused.
 type adminBackend struct {
-	g     *gate
-	plane *atomic.Pointer[controlplane.Plane]
+	g      *gate
+	plane  *atomic.Pointer[controlplane.Plane]
+	gossip bool
 }
+
+// errGossipOwnsPeers refuses peer add/del while gossip runs.
+var errGossipOwnsPeers = fmt.Errorf("%w: remote peers come from the gossip control plane on this host, which would undo a change made by hand; run with --gossip-port 0 to manage peers with 'overlay-plugin peer'", driver.ErrConflict)
 
 func (b adminBackend) State() []driver.NetworkState {
 	s, err := pluginapi.Call(b.g, "State", nil, func(d *driver.Driver) ([]driver.NetworkState, error) { return d.State(), nil })
@@ -31,10 +38,16 @@ func (b adminBackend) State() []driver.NetworkState {
 }
 
 func (b adminBackend) AddPeer(nid string, p peerdb.Peer) error {
+	if b.gossip {
+		return errGossipOwnsPeers
+	}
 	return pluginapi.Call0(b.g, "AddPeer", []any{"network", nid, "endpoint", p.EndpointID}, func(d *driver.Driver) error { return d.AddPeer(nid, p) })
 }
 
 func (b adminBackend) DeletePeer(nid, eid string) error {
+	if b.gossip {
+		return errGossipOwnsPeers
+	}
 	return pluginapi.Call0(b.g, "DeletePeer", []any{"network", nid, "endpoint", eid}, func(d *driver.Driver) error { return d.DeletePeer(nid, eid) })
 }
 

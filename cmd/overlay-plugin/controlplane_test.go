@@ -3,19 +3,24 @@ package main
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/cluster/memnet"
+	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/encryption/fakexfrm"
 	"github.com/overlay-plugin/overlay-plugin/firewall/firewalltest"
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
+	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi/pluginapitest"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/wait"
@@ -212,4 +217,36 @@ func pathReady(from, to *node) bool {
 		return ok1 && ok2 && string(in) == string(out)
 	}
 	return false
+}
+
+// TestPeerByHandRefusedUnderGossip: gossip owns a host's remote peers and
+// its next sync would undo a hand's change, so `peer add` and `peer del`
+// are refused (409, saying how to manage peers by hand) and the network
+// keeps what it had.
+func TestPeerByHandRefusedUnderGossip(t *testing.T) {
+	net := memnet.New()
+	a, _ := startPair(t, net)
+	ca := unixClient(a.cfg.Socket)
+	pluginapitest.Post(t, ca, "http://a", "/NetworkDriver.CreateNetwork", pluginapitest.CreateNetwork("net1", map[string]string{"vxlanid_list": "300"}, "203.0.113.0/24")).OK(t, "create on a", nil)
+
+	admin := adminapi.NewClient(a.cfg.AdminSocket)
+	defer admin.Close()
+	before, err := admin.Networks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := peerdb.Peer{EndpointID: "byhand", IPs: []netip.Addr{netip.MustParseAddr("203.0.113.9")},
+		MAC: hwaddr.MAC{0x02, 0x42, 0, 0, 0, 9}, VTEP: netip.MustParseAddr("198.51.100.2")}
+	for name, err := range map[string]error{"peer add": admin.AddPeer("net1", peer), "peer del": admin.DeletePeer("net1", "byhand")} {
+		if !errors.Is(err, driver.ErrConflict) || !strings.Contains(err.Error(), "--gossip-port 0") {
+			t.Errorf("%s under gossip: %v, want a conflict that names --gossip-port 0", name, err)
+		}
+	}
+	after, err := admin.Networks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a refused peer add changed the networks: %v, was %v", after, before)
+	}
 }

@@ -25,8 +25,8 @@ usage: overlay-plugin <command> [flags]
 commands:
   serve      run the plugin (Docker's network driver API and the admin API)
   state      print the plugin's networks, endpoints and peers as JSON
-  peer add   add a remote endpoint to a network
-  peer del   remove a remote endpoint from a network
+  peer add   add a remote endpoint to a network (only with --gossip-port 0)
+  peer del   remove a remote endpoint from a network (only with --gossip-port 0)
   cluster    print the gossip members and statistics as JSON
   encryption print the IPsec key generations, hosts and SAs as JSON
   rotate-keys start a new IPsec key generation now

@@ -177,7 +177,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	metricsH := metrics.Handler(metricsSources(g, &plane), calls)
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", metricsH)
-	admin.Handle("/", adminapi.NewServer(adminBackend{g, &plane}, g.Ready, log))
+	admin.Handle("/", adminapi.NewServer(adminBackend{g, &plane, cfg.GossipPort != 0}, g.Ready, log))
 	adminSrv := httpserve.Start(al, admin, serverErrs, "admin API", deps.readTimeout)
 	servers := []*http.Server{pluginSrv, adminSrv}
 	if cfg.MetricsAddr != "" {
