@@ -33,6 +33,9 @@ var rules = map[string][]string{
 	"enginewatch":  {"cluster", "encryption", "firewall"},
 	// The control plane is handed its xfrm and firewall; it serves no API.
 	"controlplane": {"firewall", "encryption/netlinkxfrm", "pluginapi", "adminapi"},
+	// The prober is handed its peers and what the control plane says of
+	// them; it programs its own endpoints through the kernel.
+	"health": {"driver", "cluster", "encryption", "firewall", "controlplane"},
 	// Socket plumbing knows nothing of what is served on it.
 	"internal/unixsock": {"driver", "cluster", "encryption", "kernel", "pluginapi", "adminapi"},
 	// Fakes and test harnesses never ship in the binary.

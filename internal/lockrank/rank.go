@@ -28,6 +28,7 @@ type (
 	Firewall     struct{}
 	ServiceWatch struct{}
 	Gate         struct{}
+	Health       struct{}
 )
 
 func (Network) Rank() Rank      { return 1 }
@@ -47,12 +48,13 @@ func (XFRM) Rank() Rank         { return 14 }
 func (Firewall) Rank() Rank     { return 15 }
 func (ServiceWatch) Rank() Rank { return 16 }
 func (Gate) Rank() Rank         { return 17 }
+func (Health) Rank() Rank       { return 18 }
 
 // Classes lists every class in rank order (the documentation's table is
 // checked against it).
 var Classes = []Class{Network{}, Encryption{}, Publisher{}, Cluster{}, RateLog{}, Driver{}, LBSandboxes{},
 	Refusals{}, GroupCommit{}, SandboxCache{}, Pipeline{}, Echoes{}, EventQueue{}, XFRM{}, Firewall{},
-	ServiceWatch{}, Gate{}}
+	ServiceWatch{}, Gate{}, Health{}}
 
 // Name is a class's name, as the documentation's table writes it.
 func Name(c Class) string {
