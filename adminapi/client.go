@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/overlay-plugin/overlay-plugin/check"
 	"io"
 	"net"
 	"net/http"
@@ -101,6 +102,13 @@ func (c *Client) Cluster() (json.RawMessage, error) {
 func (c *Client) Encryption() (json.RawMessage, error) {
 	var out json.RawMessage
 	err := c.do(http.MethodGet, "/v1/encryption", nil, &out)
+	return out, err
+}
+
+// Check is the plugin's check of this host and its peers.
+func (c *Client) Check() (check.Report, error) {
+	var out check.Report
+	err := c.do(http.MethodGet, "/v1/check", nil, &out)
 	return out, err
 }
 

@@ -56,6 +56,8 @@ type Inspector interface {
 	Cluster() (any, error)
 	Encryption() (any, error)
 	RotateKeys() error
+	// Check is what `overlay-plugin check` prints (a check.Report).
+	Check() (any, error)
 }
 
 // Server is the admin API's http.Handler.
@@ -85,6 +87,7 @@ func NewServer(backend Backend, ready func() bool, log *slog.Logger) *Server {
 	if in, ok := backend.(Inspector); ok {
 		s.mux.HandleFunc("GET /v1/cluster", s.inspect(in.Cluster))
 		s.mux.HandleFunc("GET /v1/encryption", s.inspect(in.Encryption))
+		s.mux.HandleFunc("GET /v1/check", s.inspect(in.Check))
 		s.mux.HandleFunc("POST /v1/encryption/rotate", func(w http.ResponseWriter, r *http.Request) {
 			if s.checkReady(w) {
 				s.finish(w, r, in.RotateKeys())
@@ -92,6 +95,7 @@ func NewServer(backend Backend, ready func() bool, log *slog.Logger) *Server {
 		})
 		s.mux.HandleFunc("/v1/cluster", methodNotAllowed("GET, HEAD"))
 		s.mux.HandleFunc("/v1/encryption", methodNotAllowed("GET, HEAD"))
+		s.mux.HandleFunc("/v1/check", methodNotAllowed("GET, HEAD"))
 		s.mux.HandleFunc("/v1/encryption/rotate", methodNotAllowed("POST"))
 	}
 	// The same paths without a method catch every other method, so that a

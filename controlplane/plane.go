@@ -23,6 +23,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/enginewatch"
+	"github.com/overlay-plugin/overlay-plugin/health"
 )
 
 // Config is what Start needs, from the plugin's settings.
@@ -49,6 +50,12 @@ type Config struct {
 	DB *bbolt.DB
 	// Engine, if set, names the swarm's nodes as gossip hints.
 	Engine *dockerengine.Client
+	// Health, if set, holds the data-path probes' endpoints (a kernel on
+	// a sandbox directory of their own); nil: the data path is not
+	// probed.
+	Health health.Kernel
+	// ProbeInterval is the probes' interval (health.Interval when 0).
+	ProbeInterval time.Duration
 	Logger *slog.Logger
 }
 
@@ -63,6 +70,13 @@ type Plane struct {
 	stopRun context.CancelFunc
 	runs    sync.WaitGroup
 	release func()
+	// endpoints and prober probe the data path (health.go); nil when not.
+	endpoints *health.Endpoints
+	prober    *health.Prober
+	// secret: a cluster secret is configured; rejected samples the
+	// gossip refused lately (rejections.go).
+	secret   bool
+	rejected rejections
 }
 
 // Start settles this host's address and starts gossip and encryption,
@@ -78,15 +92,18 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	}
 	drv.SetVTEP(addr)
 	log.Info("advertise address settled", "addr", addr)
-	p := &Plane{log: log, release: func() {}, stopRun: func() {}}
+	runCtx, cancel := context.WithCancel(context.Background())
+	p := &Plane{log: log, release: func() {}, stopRun: cancel}
 	if cfg.GossipPort == 0 {
 		log.Warn("running without the gossip control plane (--gossip-port 0): remote endpoints only through the admin API")
+		p.startHealth(runCtx, cfg, drv, addr, log)
 		return p, nil
 	}
 	var secret []byte
 	if cfg.SecretFile != "" {
 		var err error
 		if secret, err = encryption.ReadSecret(cfg.SecretFile, log); err != nil {
+			cancel()
 			return nil, err
 		}
 	}
@@ -102,6 +119,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		resume := encryption.KeyStore{DB: cfg.DB}.Resume(addr, log)
 		x, fw, release, err := cfg.NewEncryption()
 		if err != nil {
+			cancel()
 			return nil, fmt.Errorf("encryption: %w", err)
 		}
 		p.release = release
@@ -109,6 +127,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 			Local: addr, Port: cfg.VXLANPort, Schedule: encryption.ScheduleEvery(cfg.KeyRotation), Publish: pub.Publish, Logger: log,
 			Resume: resume})
 		if err != nil {
+			cancel()
 			release()
 			return nil, err
 		}
@@ -120,13 +139,13 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		NodeData: nodeData,
 	})
 	if err != nil {
+		cancel()
 		p.StopEncryption()
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
-	p.cluster = c
+	p.cluster, p.secret = c, secret != nil
 	pub.Attach(c)
-	runCtx, cancel := context.WithCancel(context.Background())
-	p.stopRun = cancel
+	p.runs.Go(func() { p.rejected.run(runCtx, c) })
 	if p.enc != nil {
 		drv.SetEncryption(p.enc)
 		p.runs.Go(func() { p.enc.Run(runCtx, time.Second) })
@@ -137,6 +156,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		p.runs.Go(func() { nodes.Run(runCtx) })
 	}
 	drv.SetControlPlane(c)
+	p.startHealth(runCtx, cfg, drv, addr, log)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", p.enc != nil)
 	return p, nil
 }
@@ -145,6 +165,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 func (p *Plane) StopGossip() {
 	p.stopRun()
 	p.runs.Wait()
+	p.stopHealth()
 	if p.cluster != nil {
 		if err := p.cluster.Close(); err != nil {
 			p.log.Warn("stop gossip", "err", err)

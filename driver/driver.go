@@ -156,11 +156,14 @@ type Driver struct {
 	resyncPeriod time.Duration
 	// started and deadGrace bound what an adopted sandbox keeps of the
 	// hosts that are not back (reconcile, removable).
-	started    time.Time
-	deadGrace  time.Duration
-	repairs    repairCounters
-	settled    chan struct{}
-	settleOnce sync.Once
+	started   time.Time
+	deadGrace time.Duration
+	repairs   repairCounters
+	// repairPasses and lastRepair (unix ns) are RepairPasses'. Atomic.
+	repairPasses atomic.Uint64
+	lastRepair   atomic.Int64
+	settled      chan struct{}
+	settleOnce   sync.Once
 	// loops counts the networks' reconciler goroutines; Add is called
 	// under mu while runCtx is set, Wait after Run cleared it.
 	loops sync.WaitGroup

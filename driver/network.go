@@ -258,16 +258,9 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if err != nil {
 		return err
 	}
-	underMTU, err := d.underlay.MTU(local)
+	underMTU, mtu, err := d.overlayMTU(local, enc)
 	if err != nil {
-		return fmt.Errorf("underlay MTU: %w", err)
-	}
-	mtu := underMTU - overheadIPv4
-	if local.Is6() {
-		mtu = underMTU - overheadIPv6
-	}
-	if enc != nil {
-		mtu -= enc.Overhead()
+		return err
 	}
 	if n.opts.mtu != 0 && n.opts.mtu < mtu {
 		mtu = n.opts.mtu

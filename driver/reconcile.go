@@ -66,6 +66,17 @@ func (d *Driver) Repairs() map[string]uint64 {
 	return out
 }
 
+// RepairPasses says how many reconciler passes repaired something since
+// the driver started, and when the last did (zero: none): drift that
+// keeps coming back is someone else changing the overlay's kernel state.
+func (d *Driver) RepairPasses() (uint64, time.Time) {
+	n := d.repairPasses.Load()
+	if n == 0 {
+		return 0, time.Time{}
+	}
+	return n, time.Unix(0, d.lastRepair.Load())
+}
+
 // pass is what one reconcile did to one network, for the counters and the
 // log.
 type pass struct {
@@ -175,6 +186,8 @@ func (d *Driver) record(n *network, p *pass) {
 		d.repairs.add(kind, c)
 	}
 	if p.total() > 0 {
+		d.repairPasses.Add(1)
+		d.lastRepair.Store(time.Now().UnixNano())
 		d.log.Warn("repaired the sandbox: the kernel differed from the network's state",
 			"network", n.id, "repairs", p.counts, "first", strings.Join(p.what, "; "))
 	}

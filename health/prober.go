@@ -37,6 +37,16 @@ const (
 	smallProbe = 64
 )
 
+// Known is what the control plane says of a peer.
+type Known struct {
+	Gossip Gossip
+	// VXLANPort is the port the peer advertised, 0 if none.
+	VXLANPort uint16
+	// Old: the peer runs a release without a health endpoint; it is not
+	// probed.
+	Old bool
+}
+
 // Conn is a health endpoint's UDP socket (a *net.UDPConn).
 type Conn interface {
 	ReadFromUDPAddrPort(b []byte) (int, netip.AddrPort, error)
@@ -57,13 +67,9 @@ type Config struct {
 	// Sync, if set, is handed every new peer list before it is probed:
 	// the endpoints' entries (Endpoints.Sync).
 	Sync func([]Peer)
-	// Gossip says what the control plane knows of a peer; PeerPort the
-	// VXLAN port the peer advertised (0: none); Responds whether it runs
-	// a health endpoint (an older release does not). Nil: unknown, 0,
-	// true.
-	Gossip   func(netip.Addr) Gossip
-	PeerPort func(netip.Addr) uint16
-	Responds func(netip.Addr) bool
+	// Known says what the control plane knows of the peers, by VTEP; a
+	// peer it does not name (or a nil Known) is GossipUnknown and probed.
+	Known func() map[netip.Addr]Known
 	// Interval overrides Interval (tests).
 	Interval time.Duration
 	Log      *slog.Logger
@@ -244,29 +250,15 @@ func (p *Prober) refresh(now time.Time) {
 	if p.cfg.Sync != nil {
 		p.cfg.Sync(peers)
 	}
-	type known struct {
-		gossip   Gossip
-		port     uint16
-		responds bool
-	}
-	facts := make([]known, len(peers))
-	for i, pe := range peers {
-		f := known{responds: true}
-		if p.cfg.Gossip != nil {
-			f.gossip = p.cfg.Gossip(pe.VTEP)
-		}
-		if p.cfg.PeerPort != nil {
-			f.port = p.cfg.PeerPort(pe.VTEP)
-		}
-		if p.cfg.Responds != nil {
-			f.responds = p.cfg.Responds(pe.VTEP)
-		}
-		facts[i] = f
+	var known map[netip.Addr]Known
+	if p.cfg.Known != nil {
+		known = p.cfg.Known()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keep := map[pathKey]bool{}
-	for i, pe := range peers {
+	for _, pe := range peers {
+		kn := known[pe.VTEP]
 		for _, path := range []Path{PathVXLAN, PathESP} {
 			target := pe.MTU
 			if path == PathESP {
@@ -285,8 +277,8 @@ func (p *Prober) refresh(now time.Time) {
 					next: now.Add(time.Duration(rand.Int64N(int64(p.interval))))}
 				p.paths[k] = ps
 			}
-			ps.target, ps.gossip, ps.peerPort = target, facts[i].gossip, facts[i].port
-			if !facts[i].responds {
+			ps.target, ps.gossip, ps.peerPort = target, kn.Gossip, kn.VXLANPort
+			if kn.Old {
 				ps.state, ps.fails = StateUnprobed, 0
 			} else if ps.state == StateUnprobed {
 				ps.state, ps.since = StateUnknown, now

@@ -28,14 +28,19 @@ func (l *lines) Handle(_ context.Context, r slog.Record) error {
 func (l *lines) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *lines) WithGroup(string) slog.Handler      { return l }
 
-// find returns the first line with msg at or after t.
+// find returns the first line with msg at or after t, waiting a tick for
+// it: a state changes under the prober's lock, its line goes out after.
 func (l *lines) find(msg string, after time.Time) (slog.Record, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range l.got {
-		if r.Message == msg && !r.Time.Before(after) {
-			return r, true
+	for range 2 {
+		l.mu.Lock()
+		for _, r := range l.got {
+			if r.Message == msg && !r.Time.Before(after) {
+				l.mu.Unlock()
+				return r, true
+			}
 		}
+		l.mu.Unlock()
+		time.Sleep(tick)
 	}
 	return slog.Record{}, false
 }
@@ -73,7 +78,13 @@ func startHosts(t *testing.T, fn *fakeNet, esp bool, addrs ...string) []*host {
 		}
 		h.p = New(Config{Conns: conns, Port: testPort, VXLANPort: 4789, Log: slog.New(h.log),
 			Peers:  func() []Peer { return peers },
-			Gossip: func(netip.Addr) Gossip { return GossipAlive }})
+			Known: func() map[netip.Addr]Known {
+				m := map[netip.Addr]Known{}
+				for _, pe := range peers {
+					m[pe.VTEP] = Known{Gossip: GossipAlive}
+				}
+				return m
+			}})
 		go h.p.Run(ctx)
 		hosts = append(hosts, h)
 	}

@@ -108,7 +108,7 @@ func TestOlderPeersAreNotProbed(t *testing.T) {
 		old := netip.MustParseAddr("10.0.0.2")
 		p := New(Config{Conns: map[Path]Conn{PathVXLAN: c}, Port: testPort,
 			Peers:    func() []Peer { return []Peer{{VTEP: old, MTU: 1450}} },
-			Responds: func(netip.Addr) bool { return false }})
+			Known:    func() map[netip.Addr]Known { return map[netip.Addr]Known{old: {Old: true}} }})
 		ctx, cancel := context.WithCancel(context.Background())
 		go p.Run(ctx)
 		time.Sleep(30 * time.Second)

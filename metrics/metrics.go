@@ -17,6 +17,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/cluster"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/health"
 )
 
 const ns = "overlay_plugin"
@@ -29,6 +30,8 @@ type Sources struct {
 	Repairs    func() map[string]uint64
 	Cluster    func() (cluster.Stats, bool)
 	Encryption func() (encryption.Status, bool)
+	// Paths are the data-path probes' view of each peer (health).
+	Paths func() []health.PathStatus
 	// Version and Commit label the build_info gauge, so that a roll
 	// shows which nodes run which release.
 	Version, Commit string
@@ -123,6 +126,11 @@ var (
 		"restartsIn":   desc("gossip_restarts_received_total", "Restart announcements received from other members."),
 	}
 
+	pathUp     = desc("datapath_up", "1 when probes of the network's MTU to a peer are answered, 0 when they are not (down: nothing crosses; mtu: small probes cross), by peer, path (vxlan, esp) and state. Unprobed peers (an older release) and ones not probed long enough are left out.", "peer", "path", "state")
+	pathRTT    = desc("datapath_rtt_seconds", "Round-trip time of the last answered probe to a peer, by path.", "peer", "path")
+	pathMTU    = desc("datapath_mtu_bytes", "Largest packet seen crossing to a peer (the network's MTU while up; what the search found on an MTU problem), by path.", "peer", "path")
+	pathProbes = desc("datapath_probes_total", "Data-path probes to a peer, by path and result (sent, answered).", "peer", "path", "result")
+
 	encUp          = desc("encryption_supported", "1 when this host can serve encrypted networks (secret set, kernel has ESP with AES-GCM).")
 	encGens        = desc("encryption_own_generations", "This node's key generations published (current, next, retiring).")
 	encVNIs        = desc("encryption_vnis", "Encrypted VNIs with a local sandbox.")
@@ -157,6 +165,27 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if s, ok := c.src.Encryption(); ok {
 			collectEncryption(ch, s)
 		}
+	}
+	if c.src.Paths != nil {
+		collectPaths(ch, c.src.Paths())
+	}
+}
+
+func collectPaths(ch chan<- prometheus.Metric, paths []health.PathStatus) {
+	for _, p := range paths {
+		peer, path := p.Peer.String(), string(p.Path)
+		if p.State == health.StateUnprobed || p.State == health.StateUnknown {
+			continue
+		}
+		gauge(ch, pathUp, bool01(p.State == health.StateUp), peer, path, string(p.State))
+		if p.RTT > 0 {
+			gauge(ch, pathRTT, p.RTT.Seconds(), peer, path)
+		}
+		if p.PathMTU > 0 {
+			gauge(ch, pathMTU, float64(p.PathMTU), peer, path)
+		}
+		counter(ch, pathProbes, p.Sent, peer, path, "sent")
+		counter(ch, pathProbes, p.Answered, peer, path, "answered")
 	}
 }
 

@@ -3,11 +3,14 @@ package main
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
+	"github.com/overlay-plugin/overlay-plugin/check"
 	"github.com/overlay-plugin/overlay-plugin/cluster"
 	"github.com/overlay-plugin/overlay-plugin/controlplane"
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
+	"github.com/overlay-plugin/overlay-plugin/health"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi"
@@ -55,6 +58,22 @@ func (b adminBackend) Cluster() (any, error)    { return b.plane.Load().Cluster(
 func (b adminBackend) Encryption() (any, error) { return b.plane.Load().Encryption() }
 func (b adminBackend) RotateKeys() error        { return b.plane.Load().RotateKeys() }
 
+// Check gathers the check's inputs from the driver and the control plane.
+func (b adminBackend) Check() (any, error) {
+	in := check.Inputs{Now: time.Now()}
+	if d, ok := b.g.Driver(); ok {
+		in.Refused = map[string]string{}
+		for _, s := range d.Stats() {
+			if s.Refused != nil {
+				in.Refused[s.ID] = s.Refused.Reason
+			}
+		}
+		in.RepairPasses, in.LastRepair = d.RepairPasses()
+	}
+	b.plane.Load().CheckInputs(&in)
+	return check.Build(in), nil
+}
+
 // metricsSources reads the driver once it is ready and, once it runs, the
 // control plane.
 func metricsSources(g *gate, plane *atomic.Pointer[controlplane.Plane]) metrics.Sources {
@@ -73,6 +92,7 @@ func metricsSources(g *gate, plane *atomic.Pointer[controlplane.Plane]) metrics.
 		},
 		Cluster:    func() (cluster.Stats, bool) { return plane.Load().ClusterStats() },
 		Encryption: func() (encryption.Status, bool) { return plane.Load().EncryptionStatus() },
+		Paths:      func() []health.PathStatus { return plane.Load().Paths() },
 		Version:    version, Commit: commit,
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/health"
 	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
 )
@@ -74,6 +75,8 @@ type serveConfig struct {
 	// ResyncPeriod is how often every network's kernel state is compared
 	// with its peer table in full (drift is repaired sooner, on events).
 	ResyncPeriod time.Duration
+	// ProbeInterval is the data-path probes' (health.Interval); 0: none.
+	ProbeInterval time.Duration
 }
 
 // addrValue is an IP address.
@@ -135,7 +138,8 @@ func resolveAdminSocket(stateDir, adminSocket string) string {
 // parseServeConfig reads serve's settings from args and the environment.
 func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
 	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
-		DeadGrace: defaultDeadGrace, RestartGrace: defaultRestartGrace, KeyRotation: defaultKeyRotation, ResyncPeriod: driver.DefaultResyncPeriod}
+		DeadGrace: defaultDeadGrace, RestartGrace: defaultRestartGrace, KeyRotation: defaultKeyRotation, ResyncPeriod: driver.DefaultResyncPeriod,
+		ProbeInterval: health.Interval}
 	f := envflag.New("serve", "overlay-plugin serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
 	f.StringEnv(&cfg.Socket, "socket", "OVERLAY_SOCKET", defaultSocket, "unix socket of Docker's network driver API")
 	adminFlags(f, &cfg.StateDir, &cfg.AdminSocket)
@@ -153,6 +157,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.StringEnv(&cfg.DockerSocket, "docker-socket", "OVERLAY_DOCKER_SOCKET", "", "Docker engine API socket, asked for the swarm's nodes so gossip needs no --join")
 	f.StringEnv(&cfg.DockerNetnsDir, "docker-netns-dir", "OVERLAY_DOCKER_NETNS_DIR", "", "where Docker's container namespaces (the directory of the SandboxKeys it passes) are mounted here, for service VIPs (default: the SandboxKeys as Docker gives them)")
 	f.VarEnv(envflag.Duration(&cfg.ResyncPeriod), "resync-period", "OVERLAY_RESYNC_PERIOD", "how often every network's kernel state is compared with its peer table in full; drift is repaired sooner, on the kernel's change events (`duration`)")
+	f.VarEnv(probeIntervalValue{&cfg.ProbeInterval}, "probe-interval", "OVERLAY_PROBE_INTERVAL", "interval between data-path probes of each peer: VXLAN, ESP and path MTU, reported by `overlay-plugin check`, WARN lines and metrics; 0 turns them off (`duration`)")
 	f.StringEnv(&cfg.MetricsAddr, "metrics-addr", "OVERLAY_METRICS_ADDR", "", "TCP `host:port` serving Prometheus metrics (default: only GET /metrics on the admin socket)")
 	if err := f.ParseEnv(args, getenv); err != nil {
 		return cfg, err
@@ -179,4 +184,24 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 		}
 	}
 	return cfg, nil
+}
+
+// probeIntervalValue is --probe-interval: 0 (off), or at least a second,
+// which bounds the probes' cost.
+type probeIntervalValue struct{ d *time.Duration }
+
+func (v probeIntervalValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v probeIntervalValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || (d != 0 && d < time.Second) {
+		return errors.New("want 0 (off) or a duration of at least 1s")
+	}
+	*v.d = d
+	return nil
 }

@@ -30,6 +30,7 @@ commands:
   cluster    print the gossip members and statistics as JSON
   encryption print the IPsec key generations, hosts and SAs as JSON
   rotate-keys start a new IPsec key generation now
+  check      print what is wrong on this host and with its peers (exit 1 if anything)
   version    print the version
 
 Run 'overlay-plugin <command> -h' for a command's flags. Every flag can also
@@ -61,6 +62,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return reportErr(stderr, runInspect("cluster", "Print the gossip members and statistics as JSON.", (*adminapi.Client).Cluster, rest, getenv, stdout, stderr))
 	case "encryption":
 		return reportErr(stderr, runInspect("encryption", "Print the IPsec key generations, hosts and SAs as JSON.", (*adminapi.Client).Encryption, rest, getenv, stdout, stderr))
+	case "check":
+		return runCheck(rest, getenv, stdout, stderr)
 	case "rotate-keys":
 		return reportErr(stderr, runRotate(rest, getenv, stdout, stderr))
 	case "version", "-version", "--version":

@@ -26,6 +26,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/encryption/netlinkxfrm"
 	"github.com/overlay-plugin/overlay-plugin/enginewatch"
 	"github.com/overlay-plugin/overlay-plugin/firewall"
+	"github.com/overlay-plugin/overlay-plugin/health"
 	"github.com/overlay-plugin/overlay-plugin/internal/hostdir"
 	"github.com/overlay-plugin/overlay-plugin/internal/httpserve"
 	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
@@ -58,6 +59,9 @@ type serveDeps struct {
 	// advertiseWait is how long to wait for Docker to name this node's
 	// address before taking the default route's.
 	advertiseWait time.Duration
+	// newHealthKernel builds the kernel of the data-path probes'
+	// endpoints; nil: the data path is not probed.
+	newHealthKernel func(cfg serveConfig) (health.Kernel, func(), error)
 	// newEncryption builds the xfrm and firewall side of encryption.
 	newEncryption func(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error)
 	// gossipTransport, if set, replaces memberlist's network transport.
@@ -84,6 +88,16 @@ func defaultDeps() serveDeps {
 				return nil, nil, err
 			}
 			return u, u.Close, nil
+		},
+		newHealthKernel: func(cfg serveConfig) (health.Kernel, func(), error) {
+			// A directory of their own, inside the sandboxes' (whose
+			// listing skips directories), so the driver never takes the
+			// endpoints for networks.
+			k, err := kernel.NewNetlink(kernel.NetlinkConfig{SandboxDir: filepath.Join(cfg.SandboxDir, "health")})
+			if err != nil {
+				return nil, nil, err
+			}
+			return k, func() { k.Close() }, nil
 		},
 		readyWait:       25 * time.Second,
 		lockWait:        2 * time.Second,
@@ -226,13 +240,23 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 
 	// 5. The control plane, once this host's address is settled (Docker
 	// names it just after start). Joins wait for it meanwhile.
+	var healthKernel health.Kernel
+	if deps.newHealthKernel != nil && cfg.ProbeInterval > 0 {
+		hk, release, err := deps.newHealthKernel(cfg)
+		if err != nil {
+			log.Warn("data path probes unavailable", "err", err)
+		} else {
+			healthKernel = hk
+			closers = append(closers, release)
+		}
+	}
 	cpErr := make(chan error, 1)
 	go func() {
 		newEncryption := func() (encryption.XFRM, encryption.Firewall, func(), error) { return deps.newEncryption(cfg) }
 		p, err := controlplane.Start(ctx, controlplane.Config{Addr: cfg.AdvertiseAddr, AdvertiseWait: deps.advertiseWait,
 			GossipPort: cfg.GossipPort, Join: cfg.Join, NodeName: cfg.NodeName, SecretFile: cfg.SecretFile, DeadGrace: cfg.DeadGrace,
 			RestartGrace: cfg.RestartGrace, KeyRotation: cfg.KeyRotation, VXLANPort: cfg.VXLANPort, Transport: deps.gossipTransport,
-			NewEncryption: newEncryption, DB: db, Engine: engine, Logger: log}, drv)
+			NewEncryption: newEncryption, DB: db, Engine: engine, Health: healthKernel, ProbeInterval: cfg.ProbeInterval, Logger: log}, drv)
 		if err == nil {
 			plane.Store(p)
 		}

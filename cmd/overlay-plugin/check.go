@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/check"
+	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
+)
+
+// runCheck prints the running plugin's check and returns the exit
+// status: 0 when all is well, 1 when anything is wrong or the plugin
+// cannot be asked, 2 on a usage error.
+func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	f := envflag.New("check", "overlay-plugin check [flags]\n\nPrint everything wrong on this host and with its peers: data paths that do not carry VXLAN, ESP or the network's MTU (with the likely cause), settings the nodes disagree on, gossip refused and why, missing kernel features, networks refused, drift that keeps coming back. Exit status 0 when all is well, 1 otherwise.", stderr)
+	client := clientFlags(f)
+	asJSON := f.Bool("json", false, "print the report as JSON")
+	if err := f.ParseEnv(args, getenv); err != nil {
+		return reportErr(stderr, err)
+	}
+	c := client()
+	defer c.Close()
+	r, err := c.Check()
+	if err != nil {
+		return reportErr(stderr, err)
+	}
+	if *asJSON {
+		out, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return reportErr(stderr, err)
+		}
+		fmt.Fprintf(stdout, "%s\n", out)
+	} else {
+		printCheck(stdout, r)
+	}
+	if !r.OK {
+		return 1
+	}
+	return 0
+}
+
+func printCheck(w io.Writer, r check.Report) {
+	for _, f := range r.Findings {
+		subject := ""
+		if f.Subject != "" {
+			subject = " " + f.Subject
+		}
+		fmt.Fprintf(w, "PROBLEM %s%s: %s\n", f.Area, subject, f.Problem)
+	}
+	if len(r.Paths) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PEER\tPATH\tSTATE\tRTT\tMTU\tCROSSES\tSENT\tANSWERED")
+		for _, p := range r.Paths {
+			crosses := "-"
+			if p.PathMTU > 0 {
+				crosses = fmt.Sprint(p.PathMTU)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", p.Peer, p.Path, p.State, p.RTT.Round(10*time.Microsecond), p.MTU, crosses, p.Sent, p.Answered)
+		}
+		tw.Flush()
+	}
+	if r.OK {
+		fmt.Fprintf(w, "OK: %d data paths probed, nothing wrong\n", len(r.Paths))
+	} else {
+		fmt.Fprintf(w, "%d problems\n", len(r.Findings))
+	}
+}
