@@ -28,6 +28,8 @@ type facts struct {
 	// plain is the state of the peer's plain VXLAN path, for the ESP one.
 	plain        State
 	mtu, pathMTU int
+	// reverse: only the peer's packets to this host are lost (it said so).
+	reverse bool
 }
 
 // problem says, in words an operator can act on, what fails on a broken
@@ -35,16 +37,19 @@ type facts struct {
 func problem(f facts) string {
 	switch {
 	case f.state == StateMTU:
-		what := "packets"
+		what, dir := "packets", "to"
 		if f.path == PathESP {
 			what = "encrypted packets"
 		}
-		if f.pathMTU == 0 {
-			return fmt.Sprintf("%s of %d bytes to %s are lost while small ones cross: the network's MTU is %d; a link between the hosts carries less (give the network -o mtu=<smaller> or fix the link)",
-				what, f.mtu, f.peer, f.mtu)
+		if f.reverse {
+			dir = "from"
 		}
-		return fmt.Sprintf("%s above %d bytes to %s are lost: the network's MTU is %d; a link between the hosts carries less (give the network -o mtu=%d or fix the link)",
-			what, f.pathMTU, f.peer, f.mtu, f.pathMTU)
+		if f.pathMTU == 0 || f.pathMTU >= f.mtu {
+			return fmt.Sprintf("%s of %d bytes %s %s are lost while small ones cross: the network's MTU is %d; a link between the hosts carries less (give the network -o mtu=<smaller> or fix the link)",
+				what, f.mtu, dir, f.peer, f.mtu)
+		}
+		return fmt.Sprintf("%s above %d bytes %s %s are lost: the network's MTU is %d; a link between the hosts carries less (give the network -o mtu=%d or fix the link)",
+			what, f.pathMTU, dir, f.peer, f.mtu, f.pathMTU)
 	case f.state != StateDown:
 		return ""
 	case f.path == PathESP && f.plain == StateUp:

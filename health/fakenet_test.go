@@ -14,12 +14,14 @@ type fakeNet struct {
 	conns   map[netip.AddrPort]map[Path]*fakeConn
 	blocked map[Path]bool
 	maxSize map[Path]int // the largest IP packet that crosses, 0: any
+	// maxFrom is the largest IP packet that crosses from one host, 0: any.
+	maxFrom map[netip.Addr]int
 	sent    map[Path]int // datagrams written, by path
 }
 
 func newFakeNet() *fakeNet {
 	return &fakeNet{conns: map[netip.AddrPort]map[Path]*fakeConn{}, blocked: map[Path]bool{},
-		maxSize: map[Path]int{}, sent: map[Path]int{}}
+		maxSize: map[Path]int{}, maxFrom: map[netip.Addr]int{}, sent: map[Path]int{}}
 }
 
 type datagram struct {
@@ -67,7 +69,11 @@ func (c *fakeConn) WriteToUDPAddrPort(b []byte, to netip.AddrPort) (int, error) 
 	n.mu.Lock()
 	n.sent[c.path]++
 	dst := n.conns[to][c.path]
-	drop := n.blocked[c.path] || (n.maxSize[c.path] > 0 && len(b)+28 > n.maxSize[c.path])
+	limit := n.maxSize[c.path]
+	if m := n.maxFrom[c.local.Addr()]; m > 0 && (limit == 0 || m < limit) {
+		limit = m
+	}
+	drop := n.blocked[c.path] || (limit > 0 && len(b)+28 > limit)
 	n.mu.Unlock()
 	if dst == nil || drop {
 		return len(b), nil

@@ -86,11 +86,18 @@ type pathState struct {
 	target int // the size probed: the network's MTU
 	next   time.Time
 	// fails counts the rounds in a row whose full probe was lost.
-	fails   int
-	state   State
-	since   time.Time
-	rtt     time.Duration
-	pathMTU int
+	fails int
+	// fwd is what this host's probes say of the path to the peer, and
+	// fwdMTU the largest packet they saw cross it; back and backMTU are
+	// what the peer says of its path back (replies, notices). state is
+	// the path's, both ways: reverse marks one broken only the way back.
+	fwd, back       State
+	fwdMTU, backMTU int
+	reverse         bool
+	state           State
+	since           time.Time
+	rtt             time.Duration
+	pathMTU         int
 	// smallOK: the latest small probe was answered.
 	smallOK bool
 	// diagnosed is when the last MTU search began.
@@ -132,8 +139,9 @@ type round struct {
 type send struct {
 	path Path
 	to   netip.AddrPort
-	seq  uint64
-	size int
+	msg  message
+	// pad is the datagram's size: a probe's IP packet size, 0 for others.
+	pad int
 }
 
 // event is a log line to write once the lock is released.
@@ -216,31 +224,87 @@ func (p *Prober) serve(path Path, c Conn) {
 		if err != nil {
 			continue
 		}
+		peer := from.Addr().Unmap()
 		switch m.kind {
 		case kindProbe:
-			out = appendMessage(out, message{kind: kindReply, size: uint16(min(n, 1<<16-1)), seq: m.seq}, 0)
+			reply := p.view(path, peer)
+			reply.kind, reply.seq = kindReply, m.seq
+			out = appendMessage(out, reply, 0)
 			c.WriteToUDPAddrPort(out, from)
 		case kindReply:
-			p.answer(path, from.Addr().Unmap(), m.seq, time.Now())
+			p.answer(path, peer, m, time.Now())
+		case kindNotice:
+			p.heard(path, peer, m, time.Now())
 		}
 	}
 }
 
-func (p *Prober) answer(path Path, from netip.Addr, seq uint64, now time.Time) {
+// view is what this host says of its own path to peer, for a reply.
+func (p *Prober) view(path Path, peer netip.Addr) message {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.pending[seq]
+	ps := p.paths[pathKey{peer, path}]
+	if ps == nil {
+		return message{}
+	}
+	return backView(ps)
+}
+
+func backView(ps *pathState) message {
+	m := message{state: wireState(ps.fwd)}
+	if ps.fwd == StateMTU {
+		m.size = uint16(ps.fwdMTU)
+	}
+	return m
+}
+
+func (p *Prober) answer(path Path, from netip.Addr, m message, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.pending[m.seq]
 	if r == nil || r.ps.key.path != path || r.ps.key.vtep != from {
 		return
 	}
-	delete(p.pending, seq)
-	i := slices.Index(r.seqs, seq)
+	delete(p.pending, m.seq)
+	i := slices.Index(r.seqs, m.seq)
 	r.answered[i] = true
 	r.left--
 	r.ps.answered++
+	r.ps.back, r.ps.backMTU = wireStates[m.state], int(m.size)
 	if i == 0 && r.kind == roundCheck {
 		r.rtt = now.Sub(r.sentAt)
 	}
+}
+
+// heard takes a peer's notice of a change of its path back: a black hole
+// only that way is known here as soon as there.
+func (p *Prober) heard(path Path, from netip.Addr, m message, now time.Time) {
+	var events []event
+	p.mu.Lock()
+	if ps := p.paths[pathKey{from, path}]; ps != nil {
+		ps.back, ps.backMTU = wireStates[m.state], int(m.size)
+		if ps.fwd == StateUp {
+			p.settle(ps, now, &events)
+		}
+	}
+	p.mu.Unlock()
+	p.logEvents(events)
+}
+
+// settle sets the state of a path whose probes cross: up, unless the peer
+// says its packets back are lost above some size. Caller holds mu.
+func (p *Prober) settle(ps *pathState, now time.Time, events *[]event) {
+	if ps.back == StateMTU {
+		ps.reverse = true
+		ps.pathMTU = ps.target
+		if ps.backMTU > 0 {
+			ps.pathMTU = min(ps.target, ps.backMTU)
+		}
+		p.transition(ps, StateMTU, now, events)
+		return
+	}
+	ps.reverse, ps.pathMTU = false, ps.fwdMTU
+	p.transition(ps, StateUp, now, events)
 }
 
 // refresh reads the peers and what the control plane says of them, then
@@ -273,13 +337,13 @@ func (p *Prober) refresh(now time.Time) {
 			if ps == nil {
 				// The first probe falls anywhere in the first interval, so
 				// that peers found together are not probed together.
-				ps = &pathState{key: k, state: StateUnknown, since: now,
+				ps = &pathState{key: k, state: StateUnknown, fwd: StateUnknown, back: StateUnknown, since: now,
 					next: now.Add(time.Duration(rand.Int64N(int64(p.interval))))}
 				p.paths[k] = ps
 			}
 			ps.target, ps.gossip, ps.peerPort = target, kn.Gossip, kn.VXLANPort
 			if kn.Old {
-				ps.state, ps.fails = StateUnprobed, 0
+				ps.state, ps.fwd, ps.fails = StateUnprobed, StateUnknown, 0
 			} else if ps.state == StateUnprobed {
 				ps.state, ps.since = StateUnknown, now
 			}
@@ -329,6 +393,10 @@ func (p *Prober) step(now time.Time) {
 	}
 	p.mu.Unlock()
 	p.write(sends)
+	p.logEvents(events)
+}
+
+func (p *Prober) logEvents(events []event) {
 	for _, e := range events {
 		p.log.Log(context.Background(), e.level, e.msg, e.attrs...)
 	}
@@ -342,7 +410,8 @@ func (p *Prober) launch(ps *pathState, kind roundKind, sizes []int, now time.Tim
 		p.seq++
 		r.seqs[i] = p.seq
 		p.pending[p.seq] = r
-		sends = append(sends, send{path: ps.key.path, to: netip.AddrPortFrom(ps.key.vtep, p.cfg.Port), seq: p.seq, size: size})
+		sends = append(sends, send{path: ps.key.path, to: netip.AddrPortFrom(ps.key.vtep, p.cfg.Port),
+			msg: message{kind: kindProbe, size: uint16(size), seq: p.seq}, pad: payload(ps.key.vtep, size)})
 	}
 	ps.sent += uint64(len(sizes))
 	p.rounds[r] = struct{}{}
@@ -355,12 +424,13 @@ func (p *Prober) judge(r *round, now time.Time, sends []send, events *[]event) [
 	if p.paths[ps.key] != ps {
 		return sends
 	}
+	was := ps.fwd
 	switch r.kind {
 	case roundCheck:
 		if r.answered[0] {
-			ps.fails, ps.rtt, ps.pathMTU, ps.smallOK = 0, r.rtt, ps.target, true
-			p.transition(ps, StateUp, now, events)
-			return sends
+			ps.fails, ps.rtt, ps.fwdMTU, ps.smallOK, ps.fwd = 0, r.rtt, ps.target, true, StateUp
+			p.settle(ps, now, events)
+			break
 		}
 		ps.fails++
 		if len(r.answered) > 1 {
@@ -371,23 +441,33 @@ func (p *Prober) judge(r *round, now time.Time, sends []send, events *[]event) [
 			sends = p.launch(ps, roundCoarse, append([]int{smallProbe}, ladder(minProbe, ps.target)...), now, sends)
 		}
 		if ps.fails >= downAfter {
-			st := StateDown
+			ps.fwd = StateDown
 			if ps.smallOK {
-				st = StateMTU
+				ps.fwd = StateMTU
 			}
-			p.transition(ps, st, now, events)
+			ps.reverse, ps.pathMTU = false, ps.fwdMTU
+			p.transition(ps, ps.fwd, now, events)
 		}
 	case roundCoarse, roundFine:
 		if r.kind == roundCoarse && r.answered[0] {
 			ps.smallOK = true
 		}
 		best, lo, hi := narrow(r.sizes, r.answered)
-		if r.kind == roundCoarse || best > ps.pathMTU {
-			ps.pathMTU = best
+		if r.kind == roundCoarse || best > ps.fwdMTU {
+			ps.fwdMTU = best
+		}
+		if !ps.reverse {
+			ps.pathMTU = ps.fwdMTU
 		}
 		if r.kind == roundCoarse && best >= minProbe && lo <= hi {
 			sends = p.launch(ps, roundFine, ladder(lo, hi), now, sends)
 		}
+	}
+	if ps.fwd != was && was != StateUnknown {
+		// The peer hears of it now, not at its next probe's answer.
+		n := backView(ps)
+		n.kind = kindNotice
+		sends = append(sends, send{path: ps.key.path, to: netip.AddrPortFrom(ps.key.vtep, p.cfg.Port), msg: n})
 	}
 	return sends
 }
@@ -422,7 +502,7 @@ func (p *Prober) transition(ps *pathState, st State, now time.Time, events *[]ev
 // problemOf is ps's operator sentence. Caller holds mu.
 func (p *Prober) problemOf(ps *pathState) string {
 	f := facts{peer: ps.key.vtep, path: ps.key.path, state: ps.state, port: p.cfg.VXLANPort,
-		peerPort: ps.peerPort, gossip: ps.gossip, mtu: ps.target, pathMTU: ps.pathMTU, plain: StateUnknown}
+		peerPort: ps.peerPort, gossip: ps.gossip, mtu: ps.target, pathMTU: ps.pathMTU, plain: StateUnknown, reverse: ps.reverse}
 	if plain := p.paths[pathKey{ps.key.vtep, PathVXLAN}]; plain != nil {
 		f.plain = plain.state
 	}
@@ -434,9 +514,9 @@ func (p *Prober) write(sends []send) {
 	var buf []byte
 	for _, s := range sends {
 		c := p.cfg.Conns[s.path]
-		buf = appendMessage(buf, message{kind: kindProbe, size: uint16(s.size), seq: s.seq}, payload(s.to.Addr(), s.size))
+		buf = appendMessage(buf, s.msg, s.pad)
 		if _, err := c.WriteToUDPAddrPort(buf, s.to); err != nil {
-			p.log.Debug("probe not sent", "peer", s.to.Addr(), "path", s.path, "size", s.size, "err", err)
+			p.log.Debug("probe not sent", "peer", s.to.Addr(), "path", s.path, "size", s.msg.size, "err", err)
 		}
 	}
 }

@@ -185,3 +185,26 @@ func TestMTUBlackHoleFindsTheLargestPacket(t *testing.T) {
 	})
 }
 
+
+// A black hole one way only (the peer's large packets to this host are
+// lost, this host's to it cross) is seen from both ends: the peer's own
+// probes find it, and it tells this host.
+func TestOneWayMTUBlackHoleIsSeenFromBothEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fn := newFakeNet()
+		hs := startHosts(t, fn, false, "198.51.100.1", "198.51.100.2")
+		waitState(t, hs[0], "198.51.100.2", PathVXLAN, StateUp, 2*Interval)
+		waitState(t, hs[1], "198.51.100.1", PathVXLAN, StateUp, 2*Interval)
+		fn.set(func(n *fakeNet) { n.maxFrom[hs[1].addr] = 1350 })
+		waitState(t, hs[1], "198.51.100.1", PathVXLAN, StateMTU, 10*time.Second)
+		took := waitState(t, hs[0], "198.51.100.2", PathVXLAN, StateMTU, 10*time.Second)
+		s := hs[0].status(t, "198.51.100.2", PathVXLAN)
+		if !strings.Contains(s.Problem, "bytes from 198.51.100.2 are lost") {
+			t.Errorf("the receiving end's problem %q does not say the loss is on the way back", s.Problem)
+		}
+		t.Logf("the receiving end knew after %v: %s", took, s.Problem)
+		fn.set(func(n *fakeNet) { n.maxFrom[hs[1].addr] = 0 })
+		waitState(t, hs[0], "198.51.100.2", PathVXLAN, StateUp, 10*time.Second)
+		waitState(t, hs[1], "198.51.100.1", PathVXLAN, StateUp, 10*time.Second)
+	})
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/health"
 	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 )
 
@@ -30,6 +31,12 @@ func TestServeConfigPrecedence(t *testing.T) {
 			name: "defaults",
 			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
 				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo},
+		},
+		{
+			name: "probes off, by environment",
+			env:  map[string]string{"OVERLAY_PROBE_INTERVAL": "0"},
+			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
+				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo, ProbeInterval: -1},
 		},
 		{
 			name: "environment over defaults",
@@ -103,6 +110,12 @@ func TestServeConfigPrecedence(t *testing.T) {
 			}
 			if want.RestartGrace == 0 {
 				want.RestartGrace = defaultRestartGrace
+			}
+			switch want.ProbeInterval {
+			case 0:
+				want.ProbeInterval = health.Interval
+			case -1: // off
+				want.ProbeInterval = 0
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %+v\nwant %+v", got, want)

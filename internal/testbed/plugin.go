@@ -285,7 +285,8 @@ func (h *Host) StartPlugin(cfg PluginConfig) (*Plugin, error) {
 
 // unmountSandboxes detaches the sandbox mounts a plugin left in dir, each
 // a network namespace: the last reference to it, so the namespace goes
-// with its devices.
+// with its devices; those in its subdirectories (the health endpoints')
+// too.
 func unmountSandboxes(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -297,6 +298,10 @@ func unmountSandboxes(dir string) error {
 	var errs []error
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
+		if e.IsDir() {
+			errs = append(errs, unmountSandboxes(path))
+			continue
+		}
 		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", path, err))
 		}
