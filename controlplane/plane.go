@@ -56,7 +56,7 @@ type Config struct {
 	Health health.Kernel
 	// ProbeInterval is the probes' interval (health.Interval when 0).
 	ProbeInterval time.Duration
-	Logger *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Plane is a started control plane. A nil *Plane is one not (yet)

@@ -77,7 +77,7 @@ func startHosts(t *testing.T, fn *fakeNet, esp bool, addrs ...string) []*host {
 			conns[PathESP] = fn.conn(netip.AddrPortFrom(h.addr, testPort), PathESP)
 		}
 		h.p = New(Config{Conns: conns, Port: testPort, VXLANPort: 4789, Log: slog.New(h.log),
-			Peers:  func() []Peer { return peers },
+			Peers: func() []Peer { return peers },
 			Known: func() map[netip.Addr]Known {
 				m := map[netip.Addr]Known{}
 				for _, pe := range peers {
@@ -184,7 +184,6 @@ func TestMTUBlackHoleFindsTheLargestPacket(t *testing.T) {
 		}
 	})
 }
-
 
 // A black hole one way only (the peer's large packets to this host are
 // lost, this host's to it cross) is seen from both ends: the peer's own

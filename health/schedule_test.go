@@ -9,7 +9,6 @@ import (
 	"time"
 )
 
-
 // TestProbeScheduleIsBounded runs one prober against 1,000 healthy peers
 // for a minute of virtual time and checks the bound the package states:
 // one probe per peer and path per Interval ±20%, no more, spread out; the
@@ -107,8 +106,8 @@ func TestOlderPeersAreNotProbed(t *testing.T) {
 		c := fn.conn(netip.MustParseAddrPort("10.0.0.1:4799"), PathVXLAN)
 		old := netip.MustParseAddr("10.0.0.2")
 		p := New(Config{Conns: map[Path]Conn{PathVXLAN: c}, Port: testPort,
-			Peers:    func() []Peer { return []Peer{{VTEP: old, MTU: 1450}} },
-			Known:    func() map[netip.Addr]Known { return map[netip.Addr]Known{old: {Old: true}} }})
+			Peers: func() []Peer { return []Peer{{VTEP: old, MTU: 1450}} },
+			Known: func() map[netip.Addr]Known { return map[netip.Addr]Known{old: {Old: true}} }})
 		ctx, cancel := context.WithCancel(context.Background())
 		go p.Run(ctx)
 		time.Sleep(30 * time.Second)
