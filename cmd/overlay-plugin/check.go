@@ -65,6 +65,6 @@ func printCheck(w io.Writer, r check.Report) {
 	if r.OK {
 		fmt.Fprintf(w, "OK: %d data paths probed, nothing wrong\n", len(r.Paths))
 	} else {
-		fmt.Fprintf(w, "%d problems\n", len(r.Findings))
+		fmt.Fprintf(w, "%d problem(s)\n", len(r.Findings))
 	}
 }
