@@ -48,6 +48,8 @@ type Inputs struct {
 	// ("" when it can).
 	SecretConfigured bool
 	ESPUnsupported   string
+	// NFTables says why nf_tables cannot be used ("" when it can).
+	NFTables string
 	// EncryptionError is the encryption manager's last failure.
 	EncryptionError string
 	// Refused are the networks this host refused to Docker, by id.
@@ -110,6 +112,9 @@ func Build(in Inputs) Report {
 	}
 	if in.SecretConfigured && in.ESPUnsupported != "" {
 		add("kernel", "", "encrypted networks cannot work on this host: %s", in.ESPUnsupported)
+	}
+	if in.NFTables != "" {
+		add("kernel", "", "service VIPs and encrypted networks need nf_tables, which this host does not serve: %s", in.NFTables)
 	}
 	if in.EncryptionError != "" {
 		add("encryption", "", "the last IPsec change failed: %s", in.EncryptionError)

@@ -33,6 +33,7 @@ func TestBuild(t *testing.T) {
 		{"an unknown reason", func(in *Inputs) { in.Rejections = map[string]uint64{"new_reason": 1} }, []string{"gossip is refused"}},
 		{"no secret", func(in *Inputs) { in.SecretConfigured = false }, []string{"--secret-file"}},
 		{"no ESP", func(in *Inputs) { in.ESPUnsupported = "kernel lacks IPsec ESP" }, []string{"kernel lacks IPsec ESP"}},
+		{"no nf_tables", func(in *Inputs) { in.NFTables = "nf_tables: protocol not supported" }, []string{"need nf_tables"}},
 		{"refused network", func(in *Inputs) { in.Refused = map[string]string{"n1": "encrypted networks need a cluster secret"} }, []string{"its tasks fail on this host: encrypted"}},
 		{"drift once", func(in *Inputs) { in.RepairPasses, in.LastRepair = 1, now.Add(-time.Minute) }, nil},
 		{"drift that recurs", func(in *Inputs) { in.RepairPasses, in.LastRepair = 4, now.Add(-time.Minute) }, []string{"4 times since start, the last 1m0s ago"}},

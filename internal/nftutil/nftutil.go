@@ -49,3 +49,16 @@ func HasTable(c *nftables.Conn, t *nftables.Table) (bool, error) {
 	}
 	return slices.ContainsFunc(tables, func(x *nftables.Table) bool { return x.Name == t.Name }), nil
 }
+
+// Available says whether this kernel serves nf_tables here: nil when a
+// dump of its tables answers.
+func Available() error {
+	c, err := Conn(netns.None())
+	if err != nil {
+		return err
+	}
+	if _, err := c.ListTables(); err != nil {
+		return fmt.Errorf("nf_tables: %w", err)
+	}
+	return nil
+}
