@@ -514,9 +514,15 @@ func (p *Plugin) LogTail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// Mounts lists the mount points under the sandbox directory in the plugin's
-// mount namespace (`ip netns exec` gives it a private one, so these are not
-// visible from the test's own). It needs the process to be running.
+// HealthDir is the subdirectory of the sandbox directory where the plugin
+// keeps its data-path probes' endpoints for as long as it runs (package
+// health); Mounts and SandboxFiles leave it out: they are the networks'.
+const HealthDir = "health"
+
+// Mounts lists the mount points of the networks' sandboxes under the
+// sandbox directory in the plugin's mount namespace (`ip netns exec` gives
+// it a private one, so these are not visible from the test's own). It
+// needs the process to be running.
 func (p *Plugin) Mounts() ([]string, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", p.Pid()))
 	if err != nil {
@@ -525,7 +531,8 @@ func (p *Plugin) Mounts() ([]string, error) {
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == p.SandboxDir || strings.HasPrefix(f[4], p.SandboxDir+"/")) {
+		if len(f) > 4 && (f[4] == p.SandboxDir || strings.HasPrefix(f[4], p.SandboxDir+"/")) &&
+			!strings.HasPrefix(f[4], filepath.Join(p.SandboxDir, HealthDir)+"/") {
 			out = append(out, f[4])
 		}
 	}
@@ -586,7 +593,9 @@ func (p *Plugin) SandboxFiles() ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		out = append(out, e.Name())
+		if !(e.IsDir() && e.Name() == HealthDir) {
+			out = append(out, e.Name())
+		}
 	}
 	return out, nil
 }

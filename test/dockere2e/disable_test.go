@@ -90,6 +90,11 @@ func TestCheckDisableEnable(t *testing.T) {
 				t.Errorf("%s: no sandbox left on the host while the plugin is disabled (%v)", n, err)
 			}
 			t.Logf("%s while disabled: %d sandbox(es) on the host", n, len(sbs))
+			// The probes' endpoints go with the plugin: they carry no
+			// container.
+			if hs, err := c.HealthSandboxes(n); err != nil || len(hs) > 0 {
+				t.Errorf("%s: health endpoints left while the plugin is disabled: %v (%v)", n, hs, err)
+			}
 		}
 		if err := traffic(n.String() + "'s plugin disabled"); err != nil {
 			t.Error(err)

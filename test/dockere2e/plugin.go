@@ -100,13 +100,26 @@ func (c *Check) Metrics(n *Node) (string, error) {
 	return n.Host("curl", "-sf", "--unix-socket", dir+"/admin.sock", "http://plugin/metrics")
 }
 
-// Sandboxes are the namespace files in the plugin's sandbox directory on
-// n's host.
+// Sandboxes are the networks' namespace files in the plugin's sandbox
+// directory on n's host; HealthSandboxes those of its data-path probes'
+// endpoints, in its subdirectory health, there while the plugin runs.
 func (c *Check) Sandboxes(n *Node) ([]string, error) {
 	dir, err := c.SandboxDir(n)
 	if err != nil {
 		return nil, err
 	}
-	out, err := n.Host("find", dir, "-mindepth", "1", "-maxdepth", "1")
+	out, err := n.Host("find", dir, "-mindepth", "1", "-maxdepth", "1", "-not", "-name", "health")
+	return strings.Fields(out), err
+}
+
+func (c *Check) HealthSandboxes(n *Node) ([]string, error) {
+	dir, err := c.SandboxDir(n)
+	if err != nil {
+		return nil, err
+	}
+	out, err := n.Host("find", dir+"/health", "-mindepth", "1")
+	if err != nil && strings.Contains(out, "No such file") {
+		return nil, nil
+	}
 	return strings.Fields(out), err
 }

@@ -146,7 +146,7 @@ func checkContainerKept(t *testing.T, n *node, dst netip.Addr) {
 	if err != nil || len(links) != 2 {
 		t.Fatalf("container interfaces: %v %v, want lo and its overlay interface", links, err)
 	}
-	if files, err := os.ReadDir(n.Plugin.SandboxDir); err != nil || len(files) != 1 {
+	if files, err := n.Plugin.SandboxFiles(); err != nil || len(files) != 1 {
 		t.Fatalf("sandbox mounts: %v %v", files, err)
 	}
 	if err := n.ep.Ctr.PingUntil(dst, 5*time.Second); err != nil {
