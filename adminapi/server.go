@@ -146,7 +146,7 @@ func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(state); err != nil {
-		s.log.Warn("admin API: write response", "err", err)
+		s.log.Warn("admin API write response", "err", err)
 	}
 }
 
@@ -163,7 +163,7 @@ func (s *Server) inspect(f func() (any, error)) http.HandlerFunc {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(v); err != nil {
-			s.log.Warn("admin API: write response", "err", err)
+			s.log.Warn("admin API write response", "err", err)
 		}
 	}
 }

@@ -244,11 +244,11 @@ func New(cfg Config) (*Cluster, error) {
 		// A node cut off for less than the grace keeps the records it had;
 		// if the tombstones that delete them expired meanwhile, it brings
 		// them back (until their owners retract them again).
-		lg.Warn("TombstoneTTL is shorter than DeadGrace: deleted endpoints can briefly come back after a partition",
+		lg.Warn("tombstone TTL below dead grace", "why", "deleted endpoints can briefly come back after a partition",
 			"tombstoneTTL", cfg.TombstoneTTL, "deadGrace", cfg.DeadGrace)
 	}
 	if cfg.SecretKey == nil {
-		lg.Warn("gossip is neither encrypted nor authenticated: anyone who can reach the gossip port can inject endpoints; set a 32-byte secret key")
+		lg.Warn("gossip unauthenticated", "why", "anyone who can reach the gossip port can inject endpoints", "hint", "set a 32-byte secret key (--secret-file)")
 	}
 
 	c := &Cluster{
@@ -721,7 +721,7 @@ func (c *Cluster) deliverRound(batch []delivery) bool {
 		c.deliveries.Add(uint64(j - i))
 		if err != nil {
 			c.sErr.Add(1)
-			c.log.Debug("sink did not apply remote endpoint changes", "network", d.nid, "endpoints", j-i, "err", err)
+			c.log.Debug("remote endpoint changes not applied", "network", d.nid, "endpoints", j-i, "err", err)
 		}
 		i = j
 	}
@@ -751,7 +751,7 @@ func (c *Cluster) deliver(d delivery) {
 	c.deliveries.Add(1)
 	if err != nil {
 		c.sErr.Add(1)
-		c.log.Debug("sink did not apply a remote endpoint change", "network", d.nid, "endpoint", d.eid, "add", d.add, "err", err)
+		c.log.Debug("remote endpoint change not applied", "network", d.nid, "endpoint", d.eid, "add", d.add, "err", err)
 	}
 }
 

@@ -198,7 +198,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	}
 	c.mu.Unlock()
 	if n.Name != c.name {
-		c.log.Info("member gone; its records are kept for the grace period", "member", n.Name, "addr", nodeAddr(n),
+		c.log.Info("member gone", "why", "its records are kept for the grace period", "member", n.Name, "addr", nodeAddr(n),
 			"restarting", restarting, "grace", grace)
 	}
 }

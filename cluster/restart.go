@@ -77,12 +77,12 @@ func (c *Cluster) announceRestart() {
 				sent++
 			}
 		case <-timer.C:
-			c.log.Info("restart announced to some members only: the others keep this node's records for their dead grace",
+			c.log.Info("restart announced partly", "why", "the other members keep this node's records for their dead grace",
 				"delivered", sent, "members", len(targets), "waited", c.restartTO)
 			return
 		}
 	}
-	c.log.Info("restart announced: the members keep this node's records for their restart grace", "delivered", sent, "members", len(targets))
+	c.log.Info("restart announced", "why", "the members keep this node's records for their restart grace", "delivered", sent, "members", len(targets))
 }
 
 // handleRestart takes a member's restart announcement.
@@ -93,9 +93,9 @@ func (c *Cluster) handleRestart(m *message) {
 	grace := c.st.restartGrace
 	c.mu.Unlock()
 	if !ok {
-		c.log.Debug("restart announcement ignored: not a member's current instance", "member", m.from, "epoch", m.epoch)
+		c.log.Debug("restart announcement ignored", "why", "not a member's current instance", "member", m.from, "epoch", m.epoch)
 		return
 	}
-	c.log.Info("member announced its restart: its records are kept for the restart grace once it is gone",
+	c.log.Info("member restarting", "why", "its records are kept for the restart grace once it is gone",
 		"member", m.from, "epoch", m.epoch, "restartGrace", grace)
 }

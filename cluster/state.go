@@ -332,7 +332,7 @@ func (s *state) publish(nid string, p peerdb.Peer) error {
 	if cur != nil && cur.Owner != s.self {
 		// Endpoint ids are unique per Docker cluster, so this is a
 		// collision or a forged record; the local endpoint is the truth here.
-		s.log.Warn("local endpoint replaces a record owned by another node",
+		s.log.Warn("local endpoint replaces foreign record",
 			"network", nid, "endpoint", p.EndpointID, "owner", cur.Owner)
 	}
 	r.Version = s.stamp()
@@ -411,12 +411,12 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		// false suspicion about to refute: its records are taken (they are
 		// purged with the rest if it does not come back).
 		s.rejectedNotMember++
-		s.log.Debug("record of a node that is not alive rejected", "owner", r.Owner, "network", r.NetworkID, "endpoint", r.EndpointID)
+		s.log.Debug("record of dead node rejected", "owner", r.Owner, "network", r.NetworkID, "endpoint", r.EndpointID)
 		return false
 	}
 	if r.endpoint() && m.vtep.IsValid() && r.vtep() != m.vtep {
 		s.rejectedVTEP++
-		s.log.Warn("record whose VTEP is not its owner's address rejected", "owner", r.Owner, "ownerVTEP", m.vtep,
+		s.log.Warn("record VTEP mismatch rejected", "owner", r.Owner, "ownerVTEP", m.vtep,
 			"vtep", r.vtep(), "network", r.NetworkID, "endpoint", r.EndpointID, reasonKey, RejectVTEP.String())
 		return false
 	}
@@ -426,7 +426,7 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		if cur.Owner != r.Owner {
 			if !s.ownerGone(cur.Owner, now) {
 				s.rejectedOwner++
-				s.log.Warn("record for an endpoint owned by another node rejected", "network", r.NetworkID,
+				s.log.Warn("foreign endpoint record rejected", "network", r.NetworkID,
 					"endpoint", r.EndpointID, "owner", cur.Owner, "claimant", r.Owner, reasonKey, RejectOwnership.String())
 				return false
 			}
@@ -521,7 +521,7 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 		if r.Deleted || cur != nil && cur.Deleted && cur.Version == finalVersion {
 			return false
 		}
-		s.log.Error("record under this node's name with an impossible version: retracting it for good",
+		s.log.Error("own record impossible version", "why", "retracting it for good",
 			"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version)
 		t := s.tombstone(k, now)
 		t.Version = finalVersion
@@ -533,7 +533,7 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 	if r.Version.Epoch > s.epoch || r.Version.Epoch == s.epoch && r.Version.Seq > s.seq {
 		// Written by "us" with a version we never stamped: the clock
 		// stepped back across a restart, or another node uses our name.
-		s.log.Warn("record under this node's name with a newer version than ours: advancing epoch",
+		s.log.Warn("own record newer", "why", "advancing epoch",
 			"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version, "epoch", s.epoch)
 		s.bumpEpoch(r.Version.Epoch)
 		cur = s.get(k)
@@ -557,7 +557,7 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 	s.put(t)
 	s.emit(t)
 	s.retracted++
-	s.log.Info("retracting an endpoint this node no longer holds",
+	s.log.Info("retract stale own endpoint",
 		"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version, "tombstone", t.Version)
 	return true
 }
@@ -624,7 +624,7 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 		return false
 	}
 	if vtep, epoch, data, err := parseMeta(meta); err != nil {
-		s.log.Warn("member without usable meta: its records' VTEPs are not checked", "member", name, "err", err)
+		s.log.Warn("member meta unusable", "why", "its records' VTEPs are not checked", "member", name, "err", err)
 	} else {
 		if m.vtep.IsValid() && m.vtep != vtep {
 			s.log.Info("member's VTEP changed", "member", name, "old", m.vtep, "new", vtep)
@@ -685,7 +685,7 @@ func (s *state) sweep(now time.Time) {
 			n := s.purgeOwner(name)
 			m.purged = true
 			s.setData(m, nil)
-			s.log.Info("removed the records of a node gone past the grace period", "member", name, "records", n,
+			s.log.Info("gone member purged", "why", "its records are removed past the grace period", "member", name, "records", n,
 				"gone", gone.Round(time.Millisecond), "grace", grace, "restarting", m.restartMarked())
 		}
 		if m.purged && gone >= s.forgetAfter+grace-s.deadGrace {

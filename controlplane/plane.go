@@ -95,7 +95,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	runCtx, cancel := context.WithCancel(context.Background())
 	p := &Plane{log: log, release: func() {}, stopRun: cancel}
 	if cfg.GossipPort == 0 {
-		log.Warn("running without the gossip control plane (--gossip-port 0): remote endpoints only through the admin API")
+		log.Warn("gossip off", "why", "--gossip-port 0: remote endpoints only through the admin API")
 		p.startHealth(runCtx, cfg, drv, addr, log)
 		return p, nil
 	}

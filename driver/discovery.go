@@ -51,7 +51,7 @@ func (d *Driver) DiscoverNew(n *api.DiscoveryNotification) error {
 		}
 		d.mu.Unlock()
 		if vtep.IsValid() && vtep != nd.Address {
-			d.log.Warn("docker reports another address for this node than the plugin advertises; set --advertise-addr to the swarm's data address",
+			d.log.Warn("advertise address differs from Docker's", "why", "Docker reports another address for this node than the plugin advertises", "hint", "set --advertise-addr to the swarm's data address",
 				"docker", nd.Address, "advertised", vtep)
 		}
 		return nil

@@ -386,7 +386,7 @@ func (d *Driver) SetEncryption(e Encryption) {
 // containers' interfaces. Caller holds n.mu.
 func (d *Driver) settleAdopted(n *network, e Encryption) {
 	if err := e.EnableVNI(n.vni); err != nil {
-		d.log.Error("adopted encrypted sandbox cannot be guarded: its traffic stays blocked", "network", n.id, "vni", n.vni, "err", err)
+		d.log.Error("adopted encrypted sandbox unguarded", "why", "its traffic stays blocked", "network", n.id, "vni", n.vni, "err", err)
 		return
 	}
 	n.guarded = true
@@ -423,7 +423,7 @@ func (d *Driver) refuseUnencryptable(id string) error {
 	err := d.encryptionReady()
 	if err != nil {
 		d.refused.record(id, err, time.Now())
-		d.log.Error("refused an encrypted network: its tasks fail on this host", "network", id, "err", err)
+		d.log.Error("encrypted network refused", "why", "its tasks fail on this host", "network", id, "err", err)
 	}
 	return err
 }

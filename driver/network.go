@@ -297,7 +297,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 	// loop then watches the sandbox.
 	entries, err := d.fillSandbox(n)
 	if err != nil {
-		d.log.Warn("programming the peers into the new sandbox", "network", n.id, "err", err)
+		d.log.Warn("program new sandbox", "network", n.id, "err", err)
 	}
 	n.kickLoop()
 	d.log.Info("created sandbox", "network", n.id, "vni", n.vni, "vtep", local, "mtu", mtu, "entries", entries)

@@ -188,7 +188,7 @@ func (d *Driver) record(n *network, p *pass) {
 	if p.total() > 0 {
 		d.repairPasses.Add(1)
 		d.lastRepair.Store(time.Now().UnixNano())
-		d.log.Warn("repaired the sandbox: the kernel differed from the network's state",
+		d.log.Warn("sandbox repaired", "why", "the kernel differed from the network's state",
 			"network", n.id, "repairs", p.counts, "first", strings.Join(p.what, "; "))
 	}
 }
@@ -334,6 +334,6 @@ func (l *errLog) log(log *slog.Logger, id string, err error) {
 		l.suppressed++
 		return
 	}
-	log.Warn("reconcile failed; retrying", "network", id, "err", err, "failures_not_logged", l.suppressed)
+	log.Warn("reconcile failed", "why", "retrying", "network", id, "err", err, "failures_not_logged", l.suppressed)
 	l.last, l.suppressed = time.Now(), 0
 }

@@ -37,7 +37,7 @@ import (
 func (d *Driver) restore(expectEncryption bool) (map[string]bool, error) {
 	nets, eps, partial, errs := d.store.load()
 	for _, err := range errs {
-		d.log.Error("unreadable record in the state database: it is left as it is and not used; a network it described is adopted from its sandbox if one runs",
+		d.log.Error("unreadable state record", "why", "it is left as it is and not used; a network it described is adopted from its sandbox if one runs",
 			"err", err)
 	}
 	present, err := d.kernel.Sandboxes()
@@ -55,7 +55,7 @@ func (d *Driver) restore(expectEncryption bool) (map[string]bool, error) {
 		case errors.Is(err, kernel.ErrNotFound):
 			d.log.Info("sandbox of the previous run is gone", "sandbox", name, "err", err)
 		default:
-			d.log.Error("sandbox of the previous run cannot be read: leaving it as it is", "sandbox", name, "err", err)
+			d.log.Error("previous sandbox unreadable", "why", "leaving it as it is", "sandbox", name, "err", err)
 			keep[name] = true
 		}
 		return nil
@@ -105,7 +105,7 @@ func (d *Driver) restore(expectEncryption bool) (map[string]bool, error) {
 		keep[name] = true
 		if info.Spec.VNI == 0 || info.Spec.MTU == 0 {
 			// Without its devices nothing says which network it was.
-			d.log.Error("a running sandbox the state database does not know has lost its bridge or VXLAN device: leaving it as it is",
+			d.log.Error("unknown sandbox broken", "why", "a running sandbox the state database does not know has lost its bridge or VXLAN device; leaving it as it is",
 				"sandbox", name, "containers", info.Attached())
 			continue
 		}
@@ -116,11 +116,11 @@ func (d *Driver) restore(expectEncryption bool) (map[string]bool, error) {
 		n.sandbox, n.mtu = name, info.Spec.MTU
 		d.restoreEndpoints(n, eps[name], info, true)
 		d.networks[n.id] = n
-		d.log.Warn("adopted a running sandbox the state database does not know: its containers keep their traffic; "+
-			"its subnets and options are unknown until Docker creates the network again",
+		d.log.Warn("unknown sandbox adopted",
+			"why", "a running sandbox the state database does not know: its containers keep their traffic; its subnets and options are unknown until Docker creates the network again",
 			"network", n.id, "vni", n.vni, "port", info.Spec.Port, "mtu", n.mtu, "containers", info.Attached())
 		if info.Spec.Port != d.port {
-			d.log.Warn("adopted sandbox uses another VXLAN port than this run", "network", n.id, "port", info.Spec.Port, "this run", d.port)
+			d.log.Warn("adopted sandbox port differs", "network", n.id, "port", info.Spec.Port, "this run", d.port)
 		}
 	}
 	return keep, nil
@@ -132,7 +132,7 @@ func (d *Driver) restore(expectEncryption bool) (map[string]bool, error) {
 func (d *Driver) recoverVNIs() {
 	for id, n := range d.networks {
 		if err := d.vnis.Recover(id, n.vni); err != nil {
-			d.log.Error("VNI of a network running here conflicts with the VNI table", "network", id, "vni", n.vni, "err", err)
+			d.log.Error("running VNI conflicts", "why", "the VNI of a network running here is held by another in the VNI table", "network", id, "vni", n.vni, "err", err)
 		}
 	}
 }
@@ -221,7 +221,7 @@ func (d *Driver) forgetUnknown(nid, eid string) (bool, error) {
 		n.joined--
 	}
 	delete(n.strays, name)
-	d.log.Info("removed the veth of an endpoint the plugin had no record of", "network", n.id, "endpoint", eid, "veth", name)
+	d.log.Info("unknown veth removed", "network", n.id, "endpoint", eid, "veth", name)
 	return true, nil
 }
 
@@ -245,7 +245,7 @@ func (d *Driver) mergeAdopted(old, n *network) error {
 	case !old.opts.encrypted && presumedEncrypted:
 		d.reconcileNow(old, "programming the peers of a network merged with its adopted sandbox")
 	}
-	d.log.Info("network created again by Docker: merged with the sandbox adopted from the previous run",
+	d.log.Info("adopted network recreated", "why", "Docker created the network again; merged with the sandbox adopted from the previous run",
 		"network", old.id, "vni", old.vni, "subnets", old.subnets)
 	return nil
 }

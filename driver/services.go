@@ -170,7 +170,7 @@ func (d *Driver) balance(n *network) {
 			ep.balanced = mark
 		case errors.Is(err, os.ErrNotExist):
 			d.lbNS.forget(ns)
-			d.log.Debug("container namespace gone: no VIPs to program", "endpoint", ep.id, "sandbox", ns)
+			d.log.Debug("container namespace gone", "endpoint", ep.id, "sandbox", ns)
 		default:
 			ep.balanced = ""
 			d.log.Warn("program service VIPs", "network", n.id, "endpoint", ep.id, "sandbox", ns, "err", err)

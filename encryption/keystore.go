@@ -78,10 +78,10 @@ func (s KeyStore) Resume(addr netip.Addr, log *slog.Logger) []PublicKey {
 	vtep, keys, err := s.load()
 	switch {
 	case err != nil:
-		log.Warn("stored public keys unreadable: the previous run's IPsec state cannot be taken over", "err", err)
+		log.Warn("stored public keys unreadable", "why", "the previous run's IPsec state cannot be taken over", "err", err)
 		return nil
 	case keys != nil && vtep != addr:
-		log.Warn("this host's address changed since the previous run: its IPsec state cannot be taken over", "was", vtep, "now", addr)
+		log.Warn("host address changed", "why", "this host's address changed since the previous run; its IPsec state cannot be taken over", "was", vtep, "now", addr)
 		return nil
 	}
 	return keys

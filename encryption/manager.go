@@ -176,11 +176,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	if m.unsupported != nil {
 		m.log.Warn("encrypted networks unavailable", "err", m.unsupported)
 	} else if !ErasesTemporaries {
-		m.log.Warn("built without GOEXPERIMENT=runtimesecret: copies of retired IPsec keys may stay in memory, weakening forward secrecy; build with make")
+		m.log.Warn("built without runtimesecret", "why", "copies of retired IPsec keys may stay in memory, weakening forward secrecy", "hint", "build with make (GOEXPERIMENT=runtimesecret)")
 	}
 	if len(cfg.Resume) > 0 && m.unsupported == nil {
 		if err := m.takeOver(cfg.Schedule, cfg.Resume); err != nil {
-			m.log.Warn("cannot take over the previous run's IPsec state: removing it", "err", err)
+			m.log.Warn("previous IPsec state not taken over", "why", "removing it", "err", err)
 		}
 	}
 	if !m.resumed {
@@ -366,7 +366,7 @@ func (m *Manager) SetPeerKeys(vtep netip.Addr, keys []PublicKey) error {
 		// activates once every peer had Lead to install inbound SAs for
 		// it. No other peer's keys are known yet.
 		if errRotate = m.keyring.ForceRotate(m.now()); errRotate == nil {
-			m.log.Info("a peer reached this resumed run: new key generation", "from", vtep, "activates in", m.keyring.sched.Lead)
+			m.log.Info("resumed run reached", "why", "a peer reached this resumed run: new key generation", "from", vtep, "activates in", m.keyring.sched.Lead)
 			m.publish(m.keyring.Public())
 		}
 	}
@@ -446,7 +446,7 @@ func (m *Manager) forgetLost() error {
 	for vtep, r := range m.remotes {
 		for spi, d := range r.sas {
 			if !haveSA[stateKey{d.Dst, spi}] {
-				m.log.Warn("IPsec SA removed from outside: programming it again", "remote", vtep, "sa", d, "spi", spi)
+				m.log.Warn("IPsec SA removed outside", "why", "programming it again", "remote", vtep, "sa", d, "spi", spi)
 				delete(r.sas, spi)
 				if d.Src == m.local {
 					m.spent[d], lostOut = true, true
@@ -454,14 +454,14 @@ func (m *Manager) forgetLost() error {
 			}
 		}
 		if spi, ok := havePolicy[vtep]; r.hasPolicy && (!ok || spi != r.policy) {
-			m.log.Warn("IPsec policy removed or changed from outside: programming it again", "remote", vtep)
+			m.log.Warn("IPsec policy changed outside", "why", "programming it again", "remote", vtep)
 			r.hasPolicy = false
 		}
 	}
 	if !lostOut {
 		return nil
 	}
-	m.log.Warn("an outbound IPsec SA was removed from outside: starting a new key generation, traffic resumes when it activates", "after", m.keyring.sched.Lead)
+	m.log.Warn("outbound IPsec SA removed outside", "why", "starting a new key generation; traffic resumes when it activates", "after", m.keyring.sched.Lead)
 	if err := m.keyring.ForceRotate(m.now()); err != nil {
 		return err
 	}

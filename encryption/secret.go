@@ -23,7 +23,7 @@ func ReadSecret(path string, log *slog.Logger) ([]byte, error) {
 		return nil, fmt.Errorf("cluster secret %s: want %d random bytes in base64 (make one with: head -c32 /dev/urandom | base64)", path, SecretLen)
 	}
 	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		log.Warn("cluster secret file is readable by others than its owner", "path", path, "mode", fi.Mode().Perm())
+		log.Warn("secret file readable by others", "hint", "chmod 600 it", "path", path, "mode", fi.Mode().Perm())
 	}
 	return key, nil
 }

@@ -101,7 +101,7 @@ func Open(path string, opts Options) (*bbolt.DB, error) {
 			db.Close()
 			return nil, fmt.Errorf("state database %s: record schema version %d: %w", path, Version, err)
 		}
-		log.Info("state database recorded its schema version", "path", path, "version", Version)
+		log.Info("state schema recorded", "path", path, "version", Version)
 	}
 	return db, nil
 }
@@ -183,7 +183,7 @@ func validate(path string, lockWait time.Duration, log *slog.Logger) (int, error
 		return 0, unreadable(path, err.Error())
 	}
 	if note != "" {
-		log.Warn("state database: one of its two meta pages is damaged; bbolt uses the other, so the last change before a crash may be missing",
+		log.Warn("state meta page damaged", "why", "bbolt uses the other of its two meta pages, so the last change before a crash may be missing",
 			"path", path, "detail", note)
 	}
 	var version int

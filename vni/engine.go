@@ -54,25 +54,25 @@ func (a *Allocator) RecoverFromEngine(ctx context.Context, engine NetworkLister,
 					continue
 				}
 				if err := a.Recover(nw.ID, v); err != nil {
-					log.Error("VNI of a swarm network conflicts with the VNI table", "network", nw.ID, "name", nw.Name, "vni", v, "err", err)
+					log.Error("swarm VNI conflicts", "why", "the VNI of a swarm network is held by another in the VNI table", "network", nw.ID, "name", nw.Name, "vni", v, "err", err)
 					continue
 				}
 				n++
 			}
-			log.Info("VNI allocations recovered from the Docker engine", "networks", n)
+			log.Info("VNIs recovered from Docker", "networks", n)
 			return
 		}
 		// Only a request that reached no engine is worth repeating: one
 		// the engine refused (an old engine, a stand-in) stays refused.
 		if !errors.As(err, new(*url.Error)) {
-			log.Warn("the Docker engine lists no networks: VNI allocations known only from this host's own state", "err", err)
+			log.Warn("Docker lists no networks", "why", "VNI allocations known only from this host's own state", "err", err)
 			return
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			log.Warn("Docker engine unreachable: VNI allocations known only from this host's own state", "err", err)
+			log.Warn("Docker engine unreachable", "why", "VNI allocations known only from this host's own state", "err", err)
 			return
 		case <-t.C:
 		}

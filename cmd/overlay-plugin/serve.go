@@ -233,7 +233,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		}()
 	} else {
 		close(vniDone)
-		log.Info("no Docker socket: VNI allocations known only from this host's own state")
+		log.Info("no Docker socket for VNIs", "why", "VNI allocations known only from this host's own state")
 	}
 	g.SetDriver(drv)
 	log.Info("overlay plugin ready")
@@ -283,7 +283,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		}()
 	} else {
 		close(svcDone)
-		log.Info("no Docker socket: service VIPs are not balanced (use --endpoint-mode dnsrr)")
+		log.Info("no Docker socket for services", "why", "service VIPs are not balanced", "hint", "use --endpoint-mode dnsrr, or give --docker-socket")
 	}
 
 	var cpDone bool

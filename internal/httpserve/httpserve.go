@@ -37,7 +37,7 @@ func Shutdown(log *slog.Logger, grace time.Duration, servers ...*http.Server) {
 	for _, srv := range servers {
 		wg.Go(func() {
 			if err := srv.Shutdown(ctx); err != nil {
-				log.Warn("requests still open at the end of the shutdown grace period: closing their connections", "err", err)
+				log.Warn("requests open at shutdown", "why", "closing their connections at the end of the grace period", "err", err)
 				srv.Close()
 			}
 		})
