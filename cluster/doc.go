@@ -3,6 +3,15 @@
 // replicate the table of endpoints (network, endpoint → IPs, MAC, VTEP),
 // because Docker gives a network plugin no peer table.
 //
+// # Finding the others
+//
+// On a swarm nothing needs configuring: Docker's node discovery
+// (DiscoverNew) names the other nodes when they join, and, since a plugin
+// enabled on an existing swarm hears only of itself, the plugin also asks
+// the engine through its API socket (every node knows its managers, a
+// manager every node); both arrive here as NodeHint. Config.Join gives
+// seeds elsewhere.
+//
 // # Scope
 //
 // Like Docker's NetworkDB, the table is scoped per network: a node keeps
@@ -58,6 +67,39 @@
 // and joins those that answer, so a healed partition is noticed within
 // about a second (rejoin.go). A member back from gone gets a push/pull
 // and a digest exchange of the networks both have at once.
+//
+// # Failure and partitions
+//
+// When memberlist declares a node dead, its records stay for DeadGrace (a
+// node back within it loses nothing), then every node removes them; one
+// that announced its restart (restart.go) keeps them for RestartGrace.
+// After a partition, however long, each node rejoins the members it lost
+// as soon as they answer its ping, then exchanges memberships and digests
+// with each and pushes it its records: every table is exact again within
+// about a second of the network coming back (TestPartitionPastGraceHeals
+// requires 2 s in virtual time; test/gossip at most 5 s on three real
+// hosts). Endpoints deleted meanwhile stay deleted.
+//
+// # Hostile input
+//
+// With a secret key all gossip is encrypted and authenticated (AES-GCM); a
+// node without it can neither join nor inject records. Without one the
+// cluster runs with unauthenticated gossip and warns at start. Either way
+// memberlist-compressed input is refused before memberlist sees it (a
+// 31 KB datagram inflated to 40 MiB); this package never sends it. Every
+// refusal is counted by reason (Stats, reject.go) and logged at a bounded
+// rate (ratelog.go): the first of each reason, then at most one line per
+// reason every 10 s saying how many were left out. Records follow the
+// driver's id, address and MAC rules, so nothing can be added that cannot
+// be deleted.
+//
+// # Wire versions
+//
+// Each node advertises the range of wire versions it speaks in its
+// memberlist alive message (wire.go). A message to one node goes in the
+// newest version both speak; a broadcast, which memberlist may hand to any
+// node, goes in wireBroadcast, the previous release's newest; a node whose
+// range does not meet this one's is refused.
 //
 // # Delivery
 //
