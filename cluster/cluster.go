@@ -73,6 +73,9 @@ type Config struct {
 	// by their VTEP, and nil when a node is gone past the grace period.
 	// Called from the delivery goroutine with no cluster lock held.
 	NodeData func(vtep netip.Addr, data []byte)
+	// Settings are this node's, told to every member (settings.go); zero:
+	// none.
+	Settings Settings
 	Logger   *slog.Logger
 	Clock    func() time.Time // nil: time.Now
 
@@ -119,8 +122,10 @@ type Cluster struct {
 	probeInt time.Duration
 	// meta is the memberlist node meta: VTEP, start epoch and node data.
 	// Atomic: memberlist reads it under its own locks.
-	meta     atomic.Pointer[[]byte]
-	adv      netip.Addr
+	meta atomic.Pointer[[]byte]
+	adv  netip.Addr
+	// settings are this node's, told to the members (settings.go).
+	settings Settings
 	epoch    uint64
 	nodeData func(netip.Addr, []byte)
 	ml       *memberlist.Memberlist // set in New before any goroutine of ours starts
@@ -167,7 +172,7 @@ type Cluster struct {
 	restartTO                time.Duration // bound on the restart announcement in Close
 	// recvd counts the plugin's messages received (NotifyMsg) by wire
 	// version and kind, for tests of the negotiation.
-	recvd                       [wireMax + 1][kindRestart + 1]atomic.Uint64
+	recvd                       [wireMax + 1][kindSettings + 1]atomic.Uint64
 	bytesIn, bytesOut           atomic.Uint64
 	msgsIn, statesIn, statesOut atomic.Uint64
 	deliveries, sErr            atomic.Uint64
@@ -281,7 +286,7 @@ func New(cfg Config) (*Cluster, error) {
 	c.st.restartGrace = max(cfg.RestartGrace, cfg.DeadGrace)
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)
-	c.adv, c.epoch, c.nodeData = adv, epoch, cfg.NodeData
+	c.adv, c.epoch, c.nodeData, c.settings = adv, epoch, cfg.NodeData, cfg.Settings
 	c.sweepInt = min(max(min(cfg.DeadGrace, cfg.TombstoneTTL)/20, 5*time.Millisecond), time.Second)
 
 	mc := memberlist.DefaultLANConfig()
@@ -808,6 +813,9 @@ type Member struct {
 	// Wire is the range of wire versions it speaks ("2..3"), as its
 	// memberlist node advertises it; empty while unknown.
 	Wire string `json:"wire,omitempty"`
+	// Settings are what its current instance said of its settings; zero
+	// while it said nothing (a 0.1.0 node never does).
+	Settings Settings `json:"settings,omitzero"`
 }
 
 // Members returns copies of every member this node knows, alive or not,
@@ -826,6 +834,12 @@ func (c *Cluster) Members() []Member {
 	out := make([]Member, 0, len(c.st.members))
 	for _, m := range c.st.members {
 		mm := Member{Name: m.name, Addr: m.addr, VTEP: m.vtep, Epoch: m.epoch, Since: m.since, Self: m.name == c.name, Wire: m.wireString()}
+		if a, ok := c.st.adverts[m.name]; ok && a.epoch == m.epoch {
+			mm.Settings = a.Settings
+		}
+		if mm.Self {
+			mm.Settings = c.settings
+		}
 		switch {
 		case m.alive:
 			mm.State = MemberAlive

@@ -19,6 +19,7 @@ import (
 //	body     = records                                   kindRecords, kindState, kindPush
 //	         | string(sender) nSyncs sync{nSyncs} records kindSync
 //	         | string(node) epoch                        kindRestart (version 3 on)
+//	         | string(node) epoch vxlanPort underlayMTU  kindSettings (version 3 on)
 //	records  = nOwners owner{nOwners} nNets net{nNets}
 //	net      = string(networkID) nRecs rec{nRecs}
 //	rec      = flags(1 byte; bit0 deleted, bit1 membership)
@@ -48,7 +49,8 @@ import (
 // This build speaks wire versions wireMin..wireMax and says so in
 // memberlist's delegate protocol fields (New). Version 2 is release
 // 0.1.0's, its only one. Version 3 is version 2 plus kindRestart (a node
-// stopped on purpose announces its restart, restart.go); every kind
+// stopped on purpose announces its restart, restart.go) and kindSettings
+// (a node's VXLAN port and underlay MTU, settings.go); every kind
 // version 2 has is byte-identical in version 3 but for the version byte.
 // A message to one node is sent at the newest version both speak, a
 // broadcast at wireBroadcast (wire.go says why), and a decoder refuses a
@@ -64,14 +66,15 @@ import (
 const (
 	wireMagic     = 0xC7
 	wireMin       = 2 // 0.1.0's only version
-	wireMax       = 3 // adds kindRestart
+	wireMax       = 3 // adds kindRestart, kindSettings
 	wireBroadcast = 2 // 0.1.0's newest: broadcasts of 0.2.0
 
-	kindRecords = 1
-	kindState   = 2
-	kindSync    = 3
-	kindPush    = 4
-	kindRestart = 5 // version 3 on
+	kindRecords  = 1
+	kindState    = 2
+	kindSync     = 3
+	kindPush     = 4
+	kindRestart  = 5 // version 3 on
+	kindSettings = 6 // version 3 on
 
 	kindRestartVersion = 3 // the version that introduced kindRestart
 
@@ -86,7 +89,7 @@ func kindSince(kind byte) byte {
 	switch kind {
 	case kindRecords, kindState, kindSync, kindPush:
 		return 2
-	case kindRestart:
+	case kindRestart, kindSettings:
 		return kindRestartVersion
 	}
 	return 0
@@ -321,7 +324,8 @@ type message struct {
 	version byte
 	kind    byte
 	from    string      // kindSync: the sender's node name, for the reply; kindRestart: the node restarting
-	epoch   uint64      // kindRestart: the instance that restarts
+	epoch   uint64      // kindRestart: the instance that restarts; kindSettings: the sender's
+	adv     Settings    // kindSettings
 	syncs   []syncEntry // kindSync
 	recs    []*record
 }
@@ -360,11 +364,19 @@ func decodeMessageUpTo(buf []byte, now time.Time, hi byte) (*message, error) {
 	case kindSync:
 		m.from = d.str()
 		m.syncs = d.syncs()
-	case kindRestart:
+	case kindRestart, kindSettings:
 		m.from = d.str()
 		m.epoch = d.uvarint()
 		if d.err == nil && (m.from == "" || m.epoch == 0) {
-			return nil, errors.New("restart announcement without a node or epoch")
+			return nil, errors.New("restart announcement or settings without a node or epoch")
+		}
+		if m.kind == kindSettings {
+			port, mtu := d.uvarint(), d.uvarint()
+			if d.err == nil {
+				if m.adv, d.err = checkSettings(port, mtu); d.err != nil {
+					return nil, d.err
+				}
+			}
 		}
 		if d.err != nil {
 			return nil, d.err
@@ -436,6 +448,17 @@ func encodeRestart(v byte, node string, epoch uint64) []byte {
 	e.b = append(e.b, wireMagic, v, kindRestart)
 	e.str(node)
 	e.uvarint(epoch)
+	return e.b
+}
+
+// encodeSettings encodes a kindSettings message at version v (3 or more).
+func encodeSettings(v byte, node string, epoch uint64, adv Settings) []byte {
+	e := encoder{b: make([]byte, 0, 24+len(node))}
+	e.b = append(e.b, wireMagic, v, kindSettings)
+	e.str(node)
+	e.uvarint(epoch)
+	e.uvarint(uint64(adv.VXLANPort))
+	e.uvarint(uint64(adv.UnderlayMTU))
 	return e.b
 }
 

@@ -58,6 +58,9 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	case kindRestart:
 		c.handleRestart(m)
 		return
+	case kindSettings:
+		c.handleSettings(m)
+		return
 	}
 	src := srcGossip
 	if m.kind == kindPush {
@@ -156,6 +159,11 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	if n.Name == c.name {
 		c.ownMeta = meta
 	}
+	var wasEpoch uint64
+	wasAlive := false
+	if m := c.st.members[n.Name]; m != nil {
+		wasAlive, wasEpoch = m.alive, m.epoch
+	}
 	back := c.st.memberUp(n.Name, addr, meta, now)
 	c.st.setWire(n.Name, n.DMin, n.DMax)
 	c.flushLocked()
@@ -175,7 +183,11 @@ func (e *events) up(n *memberlist.Node, msg string) {
 		cand.lastAlive = now
 	}
 	c.membersChangedLocked()
+	fresh := n.Name != c.name && (!wasAlive || c.st.members[n.Name].epoch != wasEpoch)
 	c.mu.Unlock()
+	if fresh {
+		c.sendSettings(n.Name)
+	}
 	if n.Name != c.name {
 		c.connectOnce.Do(func() { close(c.connected) })
 		c.log.Info(msg, "member", n.Name, "addr", addr)

@@ -155,6 +155,7 @@ type harness struct {
 	restartGrace  time.Duration // 0: the default
 	wire          [2]byte       // the wire versions new nodes speak; zero: this build's
 	key           []byte
+	settings      Settings // what new nodes advertise
 	tweak         func(*memberlist.Config)
 	logs          *logBuf
 }
@@ -243,6 +244,7 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		MemberlistConfig: h.tweak,
 		Sink:             sink,
 		NodeData:         sink.nodeData,
+		Settings:         h.settings,
 		Logger:           h.logger(),
 	})
 	if err != nil {

@@ -93,6 +93,10 @@ type counters struct {
 // bookkeeping (no I/O, no callbacks) and takes the time as an argument, so
 // the merge rules are unit-tested without memberlist or real clocks.
 type state struct {
+	// adverts are the members' settings as they told them (settings.go),
+	// by node name; bounded by maxAdverts.
+	adverts map[string]advert
+
 	self    string
 	selfEID string // memberEID(self)
 	vtep    netip.Addr
@@ -143,6 +147,7 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 		digests:     map[string]map[string]*digest{},
 		own:         map[key]struct{}{},
 		members:     map[string]*member{},
+		adverts:     map[string]advert{},
 		pending:     map[string]map[key]pendingRec{},
 		dirty:       map[key]struct{}{},
 		dataDirty:   map[netip.Addr]struct{}{},

@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Settings. Some of a node's settings must agree with every other node's
+// for the data path to work: the VXLAN port, the underlay MTU the networks'
+// MTU derives from (the wire versions agree through memberlist already).
+// Each node tells every member that speaks wire version 3 its own, in a
+// kindSettings message straight to it when it comes alive (or restarts:
+// a new epoch), retried a few times; Members shows what each said, for
+// the agreement check (controlplane). Nothing rides in the node meta,
+// which 0.1.0 parses strictly: a 0.1.0 member neither gets nor sends one,
+// and shows none.
+
+// Settings are what a node advertises of its own settings.
+type Settings struct {
+	VXLANPort   uint16 `json:"vxlanPort"`
+	UnderlayMTU int    `json:"underlayMTU"`
+}
+
+const (
+	// settingsTries and settingsRetry bound the sends of this node's
+	// settings to a member that came alive.
+	settingsTries = 3
+	settingsRetry = time.Second
+	// maxAdverts bounds the settings kept, by node name: whoever reaches
+	// the gossip port can send some.
+	maxAdverts = 4096
+)
+
+// advert is a member's settings, as the instance epoch said them.
+type advert struct {
+	epoch uint64
+	Settings
+}
+
+// checkSettings validates settings from the network.
+func checkSettings(port, mtu uint64) (Settings, error) {
+	if port == 0 || port > 65535 {
+		return Settings{}, fmt.Errorf("settings: VXLAN port %d out of range", port)
+	}
+	if mtu < 576 || mtu > 65535 {
+		return Settings{}, fmt.Errorf("settings: underlay MTU %d out of range", mtu)
+	}
+	return Settings{VXLANPort: uint16(port), UnderlayMTU: int(mtu)}, nil
+}
+
+// handleSettings keeps what a member said of its settings.
+func (c *Cluster) handleSettings(m *message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, known := c.st.adverts[m.from]; !known && len(c.st.adverts) >= maxAdverts {
+		return
+	}
+	c.st.adverts[m.from] = advert{epoch: m.epoch, Settings: m.adv}
+}
+
+// sendSettings tells member name this node's settings, in the background,
+// if both speak version 3 and this node has settings to tell.
+func (c *Cluster) sendSettings(name string) {
+	if c.settings == (Settings{}) || c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	m := c.st.members[name]
+	if m == nil || !m.alive || !m.addr.IsValid() || m.wireOf() < kindRestartVersion || c.wireHi < kindRestartVersion {
+		c.mu.Unlock()
+		return
+	}
+	node := &memberlist.Node{Name: m.name, Addr: m.addr.Addr().AsSlice(), Port: m.addr.Port()}
+	msg := encodeSettings(c.versionForLocked(name), c.name, c.epoch, c.settings)
+	c.mu.Unlock()
+	c.wg.Go(func() {
+		for try := 1; ; try++ {
+			err := c.ml.SendReliable(node, msg)
+			if err == nil {
+				c.bytesOut.Add(uint64(len(msg)))
+				return
+			}
+			if try == settingsTries {
+				c.log.Debug("settings not delivered", "member", name, "err", err)
+				return
+			}
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(settingsRetry):
+			}
+		}
+	})
+}
