@@ -107,7 +107,7 @@ func knownOf(members []cluster.Member) map[netip.Addr]health.Known {
 		if mb.Self {
 			continue
 		}
-		k := health.Known{Gossip: health.GossipDown, Old: wireHi(mb.Wire) < healthSince}
+		k := health.Known{Gossip: health.GossipDown, Old: wireHi(mb.Wire) < healthSince, VXLANPort: mb.Settings.VXLANPort}
 		if mb.State == cluster.MemberAlive {
 			k.Gossip = health.GossipAlive
 		}
@@ -133,6 +133,11 @@ func (p *Plane) CheckInputs(in *check.Inputs) {
 	if p.cluster != nil {
 		in.Gossip = true
 		in.Rejections = p.rejected.recent(counts(p.cluster.Stats()))
+		esp := 0
+		if p.enc != nil {
+			esp = p.enc.Overhead()
+		}
+		in.Settings = mismatches(p.cluster.Members(), p.port, esp, p.drv.RemoteVTEPs())
 	}
 	in.SecretConfigured = p.secret
 	if p.enc != nil {

@@ -77,6 +77,9 @@ type Plane struct {
 	// gossip refused lately (rejections.go).
 	secret   bool
 	rejected rejections
+	// drv and port are for the settings agreement (agreement.go).
+	drv  *driver.Driver
+	port uint16
 }
 
 // Start settles this host's address and starts gossip and encryption,
@@ -93,7 +96,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	drv.SetVTEP(addr)
 	log.Info("advertise address settled", "addr", addr)
 	runCtx, cancel := context.WithCancel(context.Background())
-	p := &Plane{log: log, release: func() {}, stopRun: cancel}
+	p := &Plane{log: log, release: func() {}, stopRun: cancel, drv: drv, port: cfg.VXLANPort}
 	if cfg.GossipPort == 0 {
 		log.Warn("gossip off", "why", "--gossip-port 0: remote endpoints only through the admin API")
 		p.startHealth(runCtx, cfg, drv, addr, log)
@@ -133,10 +136,16 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		}
 		gossipKey, nodeData = encryption.Subkey(secret, encryption.UseGossip), p.enc.ReceiveKeys
 	}
+	var settings cluster.Settings
+	if under, err := drv.UnderlayMTU(); err != nil {
+		log.Warn("settings not advertised", "why", "the underlay MTU is unknown", "err", err)
+	} else {
+		settings = cluster.Settings{VXLANPort: cfg.VXLANPort, UnderlayMTU: under}
+	}
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
 		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: cfg.Transport, Sink: drv, Logger: log,
-		NodeData: nodeData,
+		NodeData: nodeData, Settings: settings,
 	})
 	if err != nil {
 		cancel()
@@ -156,6 +165,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		p.runs.Go(func() { nodes.Run(runCtx) })
 	}
 	drv.SetControlPlane(c)
+	drv.SetMTUFloor(func() (int, string) { return mtuFloor(c.Members()) })
 	p.startHealth(runCtx, cfg, drv, addr, log)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", p.enc != nil)
 	return p, nil

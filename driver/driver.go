@@ -162,8 +162,10 @@ type Driver struct {
 	// repairPasses and lastRepair (unix ns) are RepairPasses'. Atomic.
 	repairPasses atomic.Uint64
 	lastRepair   atomic.Int64
-	settled      chan struct{}
-	settleOnce   sync.Once
+	// mtuFloor is SetMTUFloor's; nil until the control plane sets it.
+	mtuFloor   atomic.Pointer[func() (int, string)]
+	settled    chan struct{}
+	settleOnce sync.Once
 	// loops counts the networks' reconciler goroutines; Add is called
 	// under mu while runCtx is set, Wait after Run cleared it.
 	loops sync.WaitGroup

@@ -117,6 +117,7 @@ func (d *Driver) AllocateNetwork(req *api.AllocateNetworkRequest) (*api.Allocate
 	}
 	delete(out, optVNIAlias)
 	out[OptVNI] = strconv.FormatUint(uint64(id), 10)
+	d.lowerMTU(req.NetworkID, opts, out)
 	d.log.Info("allocated network", "network", req.NetworkID, "vni", id)
 	return &api.AllocateNetworkResponse{Options: out}, nil
 }

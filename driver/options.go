@@ -19,6 +19,8 @@ const (
 	// exactly one value.
 	OptVNI      = "vxlanid_list"
 	optVNIAlias = "com.docker.network.driver.overlay.vxlanid_list"
+	// minMTU is the smallest MTU option accepted: IPv6's minimum.
+	minMTU = 1280
 	// OptMTU caps the MTU of the network's interfaces (Docker's own key).
 	OptMTU = "com.docker.network.driver.mtu"
 	// OptEncrypted asks for IPsec; Docker sends it as "encrypted":"".
@@ -59,8 +61,8 @@ func parseOptions(opts map[string]string) (netOptions, error) {
 			o.vni = vni
 		case OptMTU:
 			mtu, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || mtu < 1280 || mtu > 65535 {
-				return o, fmt.Errorf("option %s=%q: want an MTU between 1280 and 65535", k, v)
+			if err != nil || mtu < minMTU || mtu > 65535 {
+				return o, fmt.Errorf("option %s=%q: want an MTU between %d and 65535", k, v, minMTU)
 			}
 			o.mtu = mtu
 		case OptEncrypted:

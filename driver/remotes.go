@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 )
 
 // RemoteVTEP is a remote VTEP this host's sandboxes send to, with the
@@ -76,4 +77,55 @@ func (d *Driver) overlayMTU(local netip.Addr, enc Encryption) (underMTU, mtu int
 		mtu -= enc.Overhead()
 	}
 	return underMTU, mtu, nil
+}
+
+// UnderlayMTU is the MTU of the interface that carries this host's VTEP.
+func (d *Driver) UnderlayMTU() (int, error) {
+	local, err := d.localVTEP()
+	if err != nil {
+		return 0, err
+	}
+	return d.underlay.MTU(local)
+}
+
+// SetMTUFloor gives AllocateNetwork the smallest underlay MTU among the
+// nodes and the name of a node that has it (the control plane's), so a
+// network gets an MTU every host can carry.
+func (d *Driver) SetMTUFloor(floor func() (underlayMTU int, node string)) {
+	d.mtuFloor.Store(&floor)
+}
+
+// lowerMTU sets the MTU option in out when the user gave none and the
+// nodes' underlay MTUs are known: the smallest underlay's (this host's
+// included) less the encapsulation, so every host uses the same MTU (each
+// still takes its own if smaller). It says so when another node's
+// underlay is the smaller.
+func (d *Driver) lowerMTU(id string, opts netOptions, out map[string]string) {
+	f := d.mtuFloor.Load()
+	if opts.mtu != 0 || f == nil {
+		return
+	}
+	under, node := (*f)()
+	local, err := d.localVTEP()
+	if err != nil || under <= 0 {
+		return
+	}
+	ownUnder, ownMTU, err := d.overlayMTU(local, nil)
+	if err != nil {
+		return
+	}
+	mtu := ownMTU - max(0, ownUnder-under)
+	if opts.encrypted {
+		if enc := d.encryption(); enc != nil {
+			mtu -= enc.Overhead()
+		}
+	}
+	if mtu < minMTU {
+		return // the option refuses it: each host takes its own, and check says
+	}
+	out[OptMTU] = strconv.Itoa(mtu)
+	if under < ownUnder {
+		d.log.Info("network MTU lowered", "network", id, "mtu", mtu, "node", node, "underlay_mtu", under,
+			"why", "another node's underlay carries less than this host's; every host uses the smallest")
+	}
 }

@@ -40,3 +40,33 @@ func TestRemoteVTEPs(t *testing.T) {
 		t.Fatalf("after the only endpoint behind 198.51.100.2 left: %v", got)
 	}
 }
+
+// The leader gives a network the MTU the smallest underlay allows, so that
+// every host uses the same; a user's MTU option stays as given.
+func TestAllocateTakesTheSmallestUnderlay(t *testing.T) {
+	d, _ := newFake(t)
+	alloc := func(id string, opts map[string]string) map[string]string {
+		t.Helper()
+		r, err := d.AllocateNetwork(&api.AllocateNetworkRequest{NetworkID: id, Options: opts})
+		must(t, err)
+		return r.Options
+	}
+	if got := alloc("n1", nil); got[OptMTU] != "" {
+		t.Errorf("without the nodes' MTUs: %v", got)
+	}
+	d.SetMTUFloor(func() (int, string) { return 1400, "h2" })
+	if got := alloc("n2", nil)[OptMTU]; got != "1350" {
+		t.Errorf("MTU option %q, want 1350 (h2's underlay of 1400 less 50)", got)
+	}
+	if got := alloc("n3", map[string]string{OptMTU: "1300"})[OptMTU]; got != "1300" {
+		t.Errorf("the user's MTU became %q", got)
+	}
+	d.SetMTUFloor(func() (int, string) { return 1200, "h5" })
+	if got := alloc("n5", nil)[OptMTU]; got != "" {
+		t.Errorf("an underlay below what the option accepts gave %q", got)
+	}
+	d.SetMTUFloor(func() (int, string) { return 9000, "h3" })
+	if got := alloc("n4", nil)[OptMTU]; got != "1450" {
+		t.Errorf("with this host's the smallest underlay: %q, want 1450", got)
+	}
+}
