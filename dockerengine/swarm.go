@@ -2,6 +2,7 @@ package dockerengine
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 )
@@ -47,4 +48,29 @@ func (c *Client) SwarmAddrs(ctx context.Context) ([]netip.Addr, error) {
 		add(n.Status.Addr)
 	}
 	return out, nil
+}
+
+// DataPathPort is the swarm's VXLAN data-path port as /info gives it:
+// known only on a manager (Swarm.Cluster), where 0 means Docker's default
+// of 4789; ok is false on a worker or outside a swarm.
+func (c *Client) DataPathPort(ctx context.Context) (port uint16, ok bool, err error) {
+	var info struct {
+		Swarm struct {
+			Cluster *struct{ DataPathPort uint32 }
+		}
+	}
+	if err := c.GetJSON(ctx, "/info", &info); err != nil {
+		return 0, false, err
+	}
+	if info.Swarm.Cluster == nil {
+		return 0, false, nil
+	}
+	p := info.Swarm.Cluster.DataPathPort
+	if p == 0 {
+		p = 4789
+	}
+	if p > 65535 {
+		return 0, false, fmt.Errorf("engine: data-path port %d out of range", p)
+	}
+	return uint16(p), true, nil
 }

@@ -252,6 +252,10 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	cpErr := make(chan error, 1)
 	go func() {
+		cfg := cfg // this run's VXLAN port, once settled
+		if engine != nil {
+			cfg.VXLANPort = settleVXLANPort(ctx, cfg, engine, drv, log)
+		}
 		newEncryption := func() (encryption.XFRM, encryption.Firewall, func(), error) { return deps.newEncryption(cfg) }
 		p, err := controlplane.Start(ctx, controlplane.Config{Addr: cfg.AdvertiseAddr, AdvertiseWait: deps.advertiseWait,
 			GossipPort: cfg.GossipPort, Join: cfg.Join, NodeName: cfg.NodeName, SecretFile: cfg.SecretFile, DeadGrace: cfg.DeadGrace,

@@ -23,10 +23,13 @@ type Engine struct {
 	// The swarm: this node a manager or not, the managers /info names
 	// (host:port), the nodes /nodes lists (a manager's), and /nodes
 	// failing on a manager without a leader.
-	manager   bool
-	managers  []string
-	nodes     []string
-	nodesFail bool
+	manager  bool
+	managers []string
+	// dataPathPort is the swarm's, which /info gives a manager (0: the
+	// default, left out of the answer as Docker does).
+	dataPathPort uint32
+	nodes        []string
+	nodesFail    bool
 	// networks is /networks; nil answers an error, as an engine that
 	// refuses the call. unreachable fails that many calls more as an
 	// engine not listening yet does.
@@ -52,6 +55,13 @@ func (e *Engine) SetSwarm(manager bool, managers, nodes []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.manager, e.managers, e.nodes = manager, managers, nodes
+}
+
+// SetDataPathPort sets the swarm's data-path port /info gives a manager.
+func (e *Engine) SetDataPathPort(port uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dataPathPort = port
 }
 
 // FailNodes makes a manager's /nodes fail: a swarm without a leader.

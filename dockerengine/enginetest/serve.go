@@ -73,7 +73,15 @@ func (e *Engine) info(w http.ResponseWriter, r *http.Request) {
 	for _, a := range e.managers {
 		ms = append(ms, manager{a})
 	}
-	json.NewEncoder(w).Encode(map[string]any{"Swarm": map[string]any{"ControlAvailable": e.manager, "RemoteManagers": ms}})
+	swarm := map[string]any{"ControlAvailable": e.manager, "RemoteManagers": ms}
+	if e.manager { // only a manager's engine says the cluster's settings
+		cluster := map[string]any{}
+		if e.dataPathPort != 0 {
+			cluster["DataPathPort"] = e.dataPathPort
+		}
+		swarm["Cluster"] = cluster
+	}
+	json.NewEncoder(w).Encode(map[string]any{"Swarm": swarm})
 }
 
 func (e *Engine) nodesList(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package testbed
 import (
 	"cmp"
 	"fmt"
+	"github.com/overlay-plugin/overlay-plugin/driver"
 	"maps"
 	"net/netip"
 	"slices"
@@ -84,8 +85,13 @@ func (c *Cluster) CreateNetwork(spec NetworkSpec) (*Network, error) {
 	}
 	want := maps.Clone(userOpts)
 	want["vxlanid_list"] = alloc.Options["vxlanid_list"]
+	if mtu, ok := alloc.Options[driver.OptMTU]; ok && userOpts[driver.OptMTU] == "" {
+		// The leader's MTU for every host, from the nodes' underlays
+		// (a release before 0.2.0 adds none).
+		want[driver.OptMTU] = mtu
+	}
 	if !maps.Equal(alloc.Options, want) {
-		return nil, fmt.Errorf("AllocateNetwork %s returned options %v: want the options asked for (%v), exactly, and the VNI", spec.Name, alloc.Options, userOpts)
+		return nil, fmt.Errorf("AllocateNetwork %s returned options %v: want the options asked for (%v), exactly, the VNI and the MTU", spec.Name, alloc.Options, userOpts)
 	}
 	nw.VNI, nw.Allocated = uint32(vni), alloc.Options
 	for _, n := range c.Nodes {

@@ -234,3 +234,42 @@ func TestMTUClamp(t *testing.T) {
 	took = b.waitAll("cleared after the MTU came back", detect, healthy)
 	t.Logf("cleared after %v", took)
 }
+
+// TestOtherVXLANPort: h2 runs on UDP 4790, h1 on 4789. Each host's check
+// names the other's port, as a settings disagreement and as the cause of
+// the silent path.
+func TestOtherVXLANPort(t *testing.T) {
+	req.Require(t)
+	c, err := testbed.New(t).NewCluster(testbed.ClusterConfig{Hosts: 2, Gossip: true, Secret: true,
+		HostArgs: func(h *testbed.Host) []string {
+			if h.Name == "h2" {
+				return []string{"--vxlan-port", "4790"}
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw, err := c.CreateNetwork(testbed.Overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range c.Nodes {
+		if _, err := c.Join(n, nw, "/var/run/docker/netns/"+testbed.RandomHex(12), nw.Addrs(i+1)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &bed{t: t, c: c}
+	took := b.waitAll("the other port named", 20*time.Second, func(r check.Report) error {
+		if err := b.saying("this host sends to UDP")(r); err != nil {
+			return err
+		}
+		for _, f := range r.Findings {
+			if f.Area == "settings" && strings.Contains(f.Problem, "set the same --vxlan-port") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no settings finding: %v", r.Findings)
+	})
+	t.Logf("both hosts named the other's VXLAN port after %v", took)
+}
