@@ -18,6 +18,8 @@
 #   check_teardown          (e) scale up/down, service rm, network rm leave nothing behind
 #   check_disable_enable    (f) docker plugin disable -f / enable with tasks running
 #   check_plugin_vip        (h) default-mode (VIP) services, scale 1/0/3, a docker stack deploy
+#   check_plugin_datapath   (i) UDP 4789 blocked in the switch: overlay-plugin check on both
+#                           nodes names it within 10 s, and is clean within 10 s of the fix
 #   check_plugin_logs       (g) dockerd logs the plugin's lines at their level, no stop ERROR,
 #                           no worker asked GET /nodes
 #
@@ -439,7 +441,7 @@ check_readme_docker() {
 # its environment (test/dockere2e/env.go). E2E_GO_HOSTX[i], where set,
 # replaces E2E_HOSTX[i] for it: a command to exec, not a shell function.
 E2E_GO_CHECKS=(check_builtin_overlay check_plugin_service check_plugin_attachable check_plugin_encrypted
-	check_coexistence check_teardown check_disable_enable check_plugin_vip check_plugin_logs)
+	check_coexistence check_teardown check_disable_enable check_plugin_vip check_plugin_datapath check_plugin_logs)
 : "${E2E_GO_TEST:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/e2e/dockere2e.test}"
 declare -p E2E_GO_HOSTX >/dev/null 2>&1 || E2E_GO_HOSTX=()
 
@@ -509,7 +511,7 @@ e2e_run_check() {
 # check_readme_docker comes first: the README's settings commands disable
 # the plugin, which Docker refuses while a network uses it.
 E2E_PLUGIN_CHECKS=(check_readme_docker check_plugin_service check_plugin_attachable check_plugin_encrypted
-	check_coexistence check_teardown check_disable_enable check_plugin_vip check_plugin_logs)
+	check_coexistence check_teardown check_disable_enable check_plugin_vip check_plugin_datapath check_plugin_logs)
 e2e_plugin_checks() {
 	local c
 	for c in ${E2E_CHECKS:-${E2E_PLUGIN_CHECKS[*]}}; do

@@ -217,6 +217,7 @@ func TestEncryptedOverlay(t *testing.T) {
 		{"5-retired-generation-gone", s.phaseRetired},
 		{"5b-container-back-keeps-sequence", s.phaseContainerBack},
 		{"5c-restart-keeps-traffic", s.phaseRestart},
+		{"5d-esp-filtered-named", s.phaseESPFiltered},
 		{"6-teardown-clean", s.phaseTeardown},
 	}
 	for _, p := range phases {
