@@ -162,7 +162,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.StringEnv(&cfg.DockerSocket, "docker-socket", "OVERLAY_DOCKER_SOCKET", "", "Docker engine API socket, asked for the swarm's nodes so gossip needs no --join")
 	f.StringEnv(&cfg.DockerNetnsDir, "docker-netns-dir", "OVERLAY_DOCKER_NETNS_DIR", "", "where Docker's container namespaces (the directory of the SandboxKeys it passes) are mounted here, for service VIPs (default: the SandboxKeys as Docker gives them)")
 	f.VarEnv(envflag.Duration(&cfg.ResyncPeriod), "resync-period", "OVERLAY_RESYNC_PERIOD", "how often every network's kernel state is compared with its peer table in full; drift is repaired sooner, on the kernel's change events (`duration`)")
-	f.VarEnv(probeIntervalValue{&cfg.ProbeInterval}, "probe-interval", "OVERLAY_PROBE_INTERVAL", "interval between data-path probes of each peer: VXLAN, ESP and path MTU, reported by `overlay-plugin check`, WARN lines and metrics; 0 turns them off (`duration`)")
+	f.VarEnv(envflag.DurationOrOff(&cfg.ProbeInterval, time.Second), "probe-interval", "OVERLAY_PROBE_INTERVAL", "interval between data-path probes of each peer: VXLAN, ESP and path MTU, reported by `overlay-plugin check`, WARN lines and metrics; 0 turns them off (`duration`)")
 	f.StringEnv(&cfg.MetricsAddr, "metrics-addr", "OVERLAY_METRICS_ADDR", "", "TCP `host:port` serving Prometheus metrics (default: only GET /metrics on the admin socket)")
 	if err := f.ParseEnv(args, getenv); err != nil {
 		return cfg, err
@@ -190,24 +190,4 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 		}
 	}
 	return cfg, nil
-}
-
-// probeIntervalValue is --probe-interval: 0 (off), or at least a second,
-// which bounds the probes' cost.
-type probeIntervalValue struct{ d *time.Duration }
-
-func (v probeIntervalValue) String() string {
-	if v.d == nil {
-		return ""
-	}
-	return v.d.String()
-}
-
-func (v probeIntervalValue) Set(s string) error {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil || (d != 0 && d < time.Second) {
-		return errors.New("want 0 (off) or a duration of at least 1s")
-	}
-	*v.d = d
-	return nil
 }

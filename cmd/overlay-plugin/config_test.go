@@ -136,6 +136,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"port 0 in env", nil, map[string]string{"OVERLAY_VXLAN_PORT": "0"}, []string{"OVERLAY_VXLAN_PORT"}},
 		{"secret without gossip", []string{"--gossip-port", "0", "--secret-file", "/s"}, nil, []string{"--secret-file", "gossip"}},
 		{"bad grace", nil, map[string]string{"OVERLAY_DEAD_GRACE": "soon"}, []string{"OVERLAY_DEAD_GRACE", "duration"}},
+		{"probes too often", []string{"--probe-interval", "500ms"}, nil, []string{"probe-interval", "0 (off) or a duration of at least 1s"}},
 		{"resync period 0", []string{"--resync-period", "0s"}, nil, []string{"resync-period", "positive duration"}},
 		{"bad gossip port", []string{"--gossip-port", "70000"}, nil, []string{"gossip-port"}},
 		{"port too big in env", nil, map[string]string{"OVERLAY_VXLAN_PORT": "70000"}, []string{"OVERLAY_VXLAN_PORT"}},

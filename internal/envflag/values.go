@@ -3,6 +3,7 @@ package envflag
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -16,7 +17,13 @@ func Port(p *uint16) flag.Value { return portValue{p} }
 func List(l *[]string) flag.Value { return listValue{l} }
 
 // Duration is a flag value of a positive duration.
-func Duration(d *time.Duration) flag.Value { return durationValue{d} }
+func Duration(d *time.Duration) flag.Value { return durationValue{d: d} }
+
+// DurationOrOff is a flag value of a duration of at least least, or 0 for
+// off.
+func DurationOrOff(d *time.Duration, least time.Duration) flag.Value {
+	return durationValue{d: d, off: true, least: least}
+}
 
 // Level is a flag value of a log level by name.
 func Level(l *slog.Level) flag.Value { return levelValue{l} }
@@ -60,8 +67,13 @@ func (v listValue) Set(s string) error {
 	return nil
 }
 
-// durationValue is a positive duration.
-type durationValue struct{ d *time.Duration }
+// durationValue is a positive duration; with off, also 0, and then at
+// least least.
+type durationValue struct {
+	d     *time.Duration
+	off   bool
+	least time.Duration
+}
 
 func (v durationValue) String() string {
 	if v.d == nil {
@@ -72,7 +84,11 @@ func (v durationValue) String() string {
 
 func (v durationValue) Set(s string) error {
 	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil || d <= 0 {
+	switch {
+	case v.off && err == nil && (d == 0 || d >= v.least):
+	case v.off:
+		return fmt.Errorf("want 0 (off) or a duration of at least %v", v.least)
+	case err != nil || d <= 0:
 		return errors.New("want a positive duration such as 30s or 1h")
 	}
 	*v.d = d

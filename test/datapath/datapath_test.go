@@ -41,6 +41,13 @@ type bed struct {
 }
 
 func newBed(t *testing.T, cfg testbed.ClusterConfig) *bed {
+	b := startBed(t, cfg)
+	b.waitAll("every path up", 30*time.Second, healthy)
+	return b
+}
+
+// startBed starts the hosts, the network and an endpoint on each.
+func startBed(t *testing.T, cfg testbed.ClusterConfig) *bed {
 	req.Require(t)
 	// With a secret, as a fleet runs: a cluster without one is a finding
 	// of its own. This machine's kernel has no ESP, which is one too: the
@@ -59,9 +66,7 @@ func newBed(t *testing.T, cfg testbed.ClusterConfig) *bed {
 			t.Fatal(err)
 		}
 	}
-	b := &bed{t: t, c: c}
-	b.waitAll("every path up", 30*time.Second, healthy)
-	return b
+	return &bed{t: t, c: c}
 }
 
 func (b *bed) report(n *testbed.Node) (check.Report, error) {
@@ -239,27 +244,12 @@ func TestMTUClamp(t *testing.T) {
 // names the other's port, as a settings disagreement and as the cause of
 // the silent path.
 func TestOtherVXLANPort(t *testing.T) {
-	req.Require(t)
-	c, err := testbed.New(t).NewCluster(testbed.ClusterConfig{Hosts: 2, Gossip: true, Secret: true,
-		HostArgs: func(h *testbed.Host) []string {
-			if h.Name == "h2" {
-				return []string{"--vxlan-port", "4790"}
-			}
-			return nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nw, err := c.CreateNetwork(testbed.Overlay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, n := range c.Nodes {
-		if _, err := c.Join(n, nw, "/var/run/docker/netns/"+testbed.RandomHex(12), nw.Addrs(i+1)...); err != nil {
-			t.Fatal(err)
+	b := startBed(t, testbed.ClusterConfig{HostArgs: func(h *testbed.Host) []string {
+		if h.Name == "h2" {
+			return []string{"--vxlan-port", "4790"}
 		}
-	}
-	b := &bed{t: t, c: c}
+		return nil
+	}})
 	took := b.waitAll("the other port named", 20*time.Second, func(r check.Report) error {
 		if err := b.saying("this host sends to UDP")(r); err != nil {
 			return err
