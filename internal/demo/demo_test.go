@@ -73,7 +73,7 @@ func TestDemo(t *testing.T) {
 	}
 	for _, want := range []string{
 		`GetCapabilities -> {"Scope":"global","ConnectivityScope":"global"}`,
-		`AllocateNetwork on h1 (the swarm leader) -> options {"vxlanid_list":"`,
+		`AllocateNetwork on h1 (the swarm leader) -> options {"com.docker.network.driver.mtu":"1450","vxlanid_list":"`,
 		"every host knows the other 2 endpoints",
 		"h2 sees: h1=alive@198.51.100.1  h2(self)=alive@198.51.100.2  h3=alive@198.51.100.3\n",
 		"neigh 203.0.113.12    lladdr 02:42:cb:00:71:0c dev vxlan0 permanent",
