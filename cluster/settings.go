@@ -63,19 +63,23 @@ func (c *Cluster) handleSettings(m *message) {
 // sendSettings tells member name this node's settings, in the background,
 // if both speak version 3 and this node has settings to tell.
 func (c *Cluster) sendSettings(name string) {
-	if c.settings == (Settings{}) || c.closed.Load() {
+	if c.settings == (Settings{}) {
 		return
 	}
 	c.mu.Lock()
 	m := c.st.members[name]
-	if m == nil || !m.alive || !m.addr.IsValid() || m.wireOf() < kindRestartVersion || c.wireHi < kindRestartVersion {
+	// closed is set under mu before shutdown waits for wg: checked and
+	// counted under it, no send starts once the wait may have begun.
+	if c.closed.Load() || m == nil || !m.alive || !m.addr.IsValid() || m.wireOf() < kindRestartVersion || c.wireHi < kindRestartVersion {
 		c.mu.Unlock()
 		return
 	}
 	node := &memberlist.Node{Name: m.name, Addr: m.addr.Addr().AsSlice(), Port: m.addr.Port()}
 	msg := encodeSettings(c.versionForLocked(name), c.name, c.epoch, c.settings)
+	c.wg.Add(1)
 	c.mu.Unlock()
-	c.wg.Go(func() {
+	go func() {
+		defer c.wg.Done()
 		for try := 1; ; try++ {
 			err := c.ml.SendReliable(node, msg)
 			if err == nil {
@@ -92,5 +96,5 @@ func (c *Cluster) sendSettings(name string) {
 			case <-time.After(settingsRetry):
 			}
 		}
-	})
+	}()
 }

@@ -74,3 +74,29 @@ func TestSettingsFromTheNetworkAreChecked(t *testing.T) {
 		t.Fatalf("round trip: %+v %v", m, err)
 	}
 }
+
+// TestSettingsSendDuringClose: a member that comes alive while the node
+// closes must not start a send once Close waits for the node's goroutines
+// (a WaitGroup reused before its Wait returned panics, and the send would
+// outlive Close). The sends race Close here from the start of it.
+func TestSettingsSendDuringClose(t *testing.T) {
+	for i := range 20 {
+		h := newHarness(t)
+		h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1500}
+		n1, n2 := h.start(2*i+1), h.start(2*i+2, 2*i+1)
+		waitMembers(t, []*tnode{n1, n2}, 2)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for !n1.c.closed.Load() {
+				n1.c.sendSettings(n2.name)
+			}
+			for range 100 {
+				n1.c.sendSettings(n2.name)
+			}
+		}()
+		n1.c.Close()
+		<-done
+		n2.c.Close()
+	}
+}
