@@ -185,8 +185,13 @@ type Cluster struct {
 	metaCh    chan struct{} // 1-buffered wake-ups of the meta gossip goroutine
 	joinCh    chan struct{} // 1-buffered wake-ups of the rejoin goroutine
 	backCh    chan struct{} // 1-buffered wake-ups of the reconnect goroutine
-	syncCh    chan struct{} // 1-buffered wake-ups of the anti-entropy goroutine
-	stop      chan struct{}
+	// settingsDue are the members due this node's settings, with the
+	// sends tried so far (guarded by mu); settingsCh wakes their sender
+	// (settings.go).
+	settingsDue map[string]int
+	settingsCh  chan struct{}
+	syncCh      chan struct{} // 1-buffered wake-ups of the anti-entropy goroutine
+	stop        chan struct{}
 	// streams ends the TCP streams of this node's memberlist transport
 	// (dials and open connections) at Close; see abortableTransport.
 	streams       context.Context
@@ -257,26 +262,28 @@ func New(cfg Config) (*Cluster, error) {
 	}
 
 	c := &Cluster{
-		name:      cfg.NodeName,
-		log:       lg,
-		logLim:    logLim,
-		clock:     cfg.Clock,
-		sink:      cfg.Sink,
-		rejoin:    cfg.RejoinInterval,
-		syncInt:   cfg.SyncInterval,
-		cands:     map[string]*candidate{},
-		comebacks: map[string]bool{},
-		outboxes:  map[string]*outbox{},
-		syncCh:    make(chan struct{}, 1),
-		deliverCh: make(chan struct{}, 1),
-		metaCh:    make(chan struct{}, 1),
-		joinCh:    make(chan struct{}, 1),
-		backCh:    make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		connected: make(chan struct{}),
-		wireLo:    cfg.wireRange[0],
-		wireHi:    cfg.wireRange[1],
-		restartTO: restartAnnounceTimeout,
+		name:        cfg.NodeName,
+		log:         lg,
+		logLim:      logLim,
+		clock:       cfg.Clock,
+		sink:        cfg.Sink,
+		rejoin:      cfg.RejoinInterval,
+		syncInt:     cfg.SyncInterval,
+		cands:       map[string]*candidate{},
+		comebacks:   map[string]bool{},
+		outboxes:    map[string]*outbox{},
+		syncCh:      make(chan struct{}, 1),
+		deliverCh:   make(chan struct{}, 1),
+		metaCh:      make(chan struct{}, 1),
+		joinCh:      make(chan struct{}, 1),
+		backCh:      make(chan struct{}, 1),
+		settingsDue: map[string]int{},
+		settingsCh:  make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		connected:   make(chan struct{}),
+		wireLo:      cfg.wireRange[0],
+		wireHi:      cfg.wireRange[1],
+		restartTO:   restartAnnounceTimeout,
 	}
 	c.bcastVer = min(max(wireBroadcast, c.wireLo), c.wireHi)
 	c.streams, c.cancelStreams = context.WithCancel(context.Background())
@@ -396,7 +403,8 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.mu.Unlock()
 
-	c.wg.Add(6 + pushWorkers)
+	c.wg.Add(7 + pushWorkers)
+	go c.settingsLoop()
 	go c.deliverLoop()
 	go c.sweepLoop()
 	go c.rejoinLoop()

@@ -183,11 +183,10 @@ func (e *events) up(n *memberlist.Node, msg string) {
 		cand.lastAlive = now
 	}
 	c.membersChangedLocked()
-	fresh := n.Name != c.name && (!wasAlive || c.st.members[n.Name].epoch != wasEpoch)
-	c.mu.Unlock()
-	if fresh {
-		c.sendSettings(n.Name)
+	if !wasAlive || c.st.members[n.Name].epoch != wasEpoch {
+		c.settingsDueLocked(n.Name)
 	}
+	c.mu.Unlock()
 	if n.Name != c.name {
 		c.connectOnce.Do(func() { close(c.connected) })
 		c.log.Info(msg, "member", n.Name, "addr", addr)

@@ -60,41 +60,68 @@ func (c *Cluster) handleSettings(m *message) {
 	c.st.adverts[m.from] = advert{epoch: m.epoch, Settings: m.adv}
 }
 
-// sendSettings tells member name this node's settings, in the background,
-// if both speak version 3 and this node has settings to tell.
-func (c *Cluster) sendSettings(name string) {
-	if c.settings == (Settings{}) {
+// settingsDueLocked marks member name due this node's settings: it came
+// alive or restarted. memberlist calls its events from Create on, before
+// New has the Memberlist to send with, so the sends are the loop's.
+// Caller holds mu.
+func (c *Cluster) settingsDueLocked(name string) {
+	if c.settings == (Settings{}) || name == c.name {
 		return
 	}
-	c.mu.Lock()
-	m := c.st.members[name]
-	// closed is set under mu before shutdown waits for wg: checked and
-	// counted under it, no send starts once the wait may have begun.
-	if c.closed.Load() || m == nil || !m.alive || !m.addr.IsValid() || m.wireOf() < kindRestartVersion || c.wireHi < kindRestartVersion {
-		c.mu.Unlock()
-		return
+	c.settingsDue[name] = 0
+	c.wake(c.settingsCh)
+}
+
+// settingsLoop sends this node's settings to the members due them, each
+// straight to it, and retries a failed send settingsTries times in all.
+func (c *Cluster) settingsLoop() {
+	defer c.wg.Done()
+	type target struct {
+		name  string
+		tries int
+		node  *memberlist.Node
+		msg   []byte
 	}
-	node := &memberlist.Node{Name: m.name, Addr: m.addr.Addr().AsSlice(), Port: m.addr.Port()}
-	msg := encodeSettings(c.versionForLocked(name), c.name, c.epoch, c.settings)
-	c.wg.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.wg.Done()
-		for try := 1; ; try++ {
-			err := c.ml.SendReliable(node, msg)
-			if err == nil {
-				c.bytesOut.Add(uint64(len(msg)))
-				return
-			}
-			if try == settingsTries {
-				c.log.Debug("settings not delivered", "member", name, "err", err)
-				return
-			}
-			select {
-			case <-c.stop:
-				return
-			case <-time.After(settingsRetry):
-			}
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.settingsCh:
 		}
-	}()
+		var targets []target
+		c.mu.Lock()
+		for name, tries := range c.settingsDue {
+			delete(c.settingsDue, name)
+			m := c.st.members[name]
+			if m == nil || !m.alive || !m.addr.IsValid() || m.wireOf() < kindRestartVersion || c.wireHi < kindRestartVersion {
+				continue
+			}
+			targets = append(targets, target{name: name, tries: tries,
+				node: &memberlist.Node{Name: m.name, Addr: m.addr.Addr().AsSlice(), Port: m.addr.Port()},
+				msg:  encodeSettings(c.versionForLocked(name), c.name, c.epoch, c.settings)})
+		}
+		c.mu.Unlock()
+		for _, t := range targets {
+			if c.closed.Load() {
+				return
+			}
+			err := c.ml.SendReliable(t.node, t.msg)
+			if err == nil {
+				c.bytesOut.Add(uint64(len(t.msg)))
+				continue
+			}
+			if t.tries+1 >= settingsTries {
+				c.log.Debug("settings not delivered", "member", t.name, "err", err)
+				continue
+			}
+			time.AfterFunc(settingsRetry, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if _, due := c.settingsDue[t.name]; !due {
+					c.settingsDue[t.name] = t.tries + 1
+				}
+				c.wake(c.settingsCh)
+			})
+		}
+	}
 }

@@ -75,28 +75,27 @@ func TestSettingsFromTheNetworkAreChecked(t *testing.T) {
 	}
 }
 
-// TestSettingsSendDuringClose: a member that comes alive while the node
-// closes must not start a send once Close waits for the node's goroutines
-// (a WaitGroup reused before its Wait returned panics, and the send would
-// outlive Close). The sends race Close here from the start of it.
-func TestSettingsSendDuringClose(t *testing.T) {
-	for i := range 20 {
-		h := newHarness(t)
-		h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1500}
-		n1, n2 := h.start(2*i+1), h.start(2*i+2, 2*i+1)
-		waitMembers(t, []*tnode{n1, n2}, 2)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for !n1.c.closed.Load() {
-				n1.c.sendSettings(n2.name)
+// TestSettingsToAMemberDuringNew: memberlist reports members from Create
+// on, before New has the Memberlist to send with: a node restarted where
+// the others keep reaching for it hears of them at once. Its settings go
+// out once it can send, and reach them.
+func TestSettingsToAMemberDuringNew(t *testing.T) {
+	h := newHarness(t)
+	h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1500}
+	n1 := h.start(1)
+	n2 := h.start(2, 1)
+	waitMembers(t, []*tnode{n1, n2}, 2)
+	for i := range 15 {
+		n2.crash()
+		h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1400 - i}
+		n2 = h.start(2, 1)
+		want := h.settings
+		deadline := time.Now().Add(10 * time.Second)
+		for memberOf(n1.c, "n2").Settings != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("restart %d: n1 sees n2's settings as %+v, want %+v", i, memberOf(n1.c, "n2").Settings, want)
 			}
-			for range 100 {
-				n1.c.sendSettings(n2.name)
-			}
-		}()
-		n1.c.Close()
-		<-done
-		n2.c.Close()
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
