@@ -76,6 +76,11 @@ type Config struct {
 	// Settings are this node's, told to every member (settings.go); zero:
 	// none.
 	Settings Settings
+	// AwaitOwn: the owner republishes the endpoints it still holds after
+	// New (a restarted plugin's driver), and calls OwnSettled when done;
+	// records under this node's name that it does not hold are retracted
+	// only then, not while the republish is under way.
+	AwaitOwn bool
 	Logger   *slog.Logger
 	Clock    func() time.Time // nil: time.Now
 
@@ -290,6 +295,9 @@ func New(cfg Config) (*Cluster, error) {
 	epoch := uint64(max(cfg.Clock().UnixNano(), 1))
 	c.pushCond = sync.NewCond(&c.mu)
 	c.st = newState(cfg.NodeName, adv, epoch, cfg.DeadGrace, cfg.TombstoneTTL, lg)
+	if cfg.AwaitOwn {
+		c.st.heldOwn = map[key]*record{}
+	}
 	c.st.restartGrace = max(cfg.RestartGrace, cfg.DeadGrace)
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)
@@ -578,6 +586,19 @@ func (c *Cluster) shutdown(leave bool) {
 	c.closeErr = c.ml.Shutdown()
 	c.wg.Wait()
 	c.log.Info("gossip stopped")
+}
+
+// OwnSettled says the owner has republished every endpoint it holds
+// (Config.AwaitOwn): records under this node's name from an earlier
+// incarnation that it does not hold are retracted now.
+func (c *Cluster) OwnSettled() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.st.heldOwn == nil {
+		return
+	}
+	c.st.settleOwn(c.clock())
+	c.flushLocked()
 }
 
 // Publish announces a local endpoint that joined networkID. p.Local is

@@ -93,6 +93,11 @@ type counters struct {
 // bookkeeping (no I/O, no callbacks) and takes the time as an argument, so
 // the merge rules are unit-tested without memberlist or real clocks.
 type state struct {
+	// heldOwn, while not nil, are the live records under this node's name
+	// from the network that it does not hold, kept until the owner has
+	// republished its own (OwnSettled) and judged then; bounded by
+	// maxHeldOwn.
+	heldOwn map[key]*record
 	// adverts are the members' settings as they told them (settings.go),
 	// by node name; bounded by maxAdverts.
 	adverts map[string]advert
@@ -558,6 +563,15 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 	if r.Deleted {
 		return false // nothing live to undo
 	}
+	if s.heldOwn != nil {
+		// The owner has not republished what it still holds yet: this may
+		// be one of those, and retracting it would cut its traffic until
+		// the republish. Judged once OwnSettled.
+		if h := s.heldOwn[k]; (h == nil || h.Version.Compare(r.Version) < 0) && len(s.heldOwn) < maxHeldOwn {
+			s.heldOwn[k] = r
+		}
+		return false
+	}
 	t := s.tombstone(k, now)
 	s.put(t)
 	s.emit(t)
@@ -565,6 +579,20 @@ func (s *state) applyOwn(r *record, now time.Time) bool {
 	s.log.Info("retract stale own endpoint",
 		"network", r.NetworkID, "endpoint", r.EndpointID, "version", r.Version, "tombstone", t.Version)
 	return true
+}
+
+// maxHeldOwn bounds heldOwn: whoever reaches the gossip port can send
+// records under this node's name.
+const maxHeldOwn = 1 << 16
+
+// settleOwn judges the records held until this node's own were
+// republished: those it does not hold now are retracted.
+func (s *state) settleOwn(now time.Time) {
+	held := s.heldOwn
+	s.heldOwn = nil
+	for _, r := range held {
+		s.applyOwn(r, now)
+	}
 }
 
 // bumpEpoch moves this node's epoch past seen and re-stamps every own record.

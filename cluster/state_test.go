@@ -624,3 +624,37 @@ func TestMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestRetractionAwaitsTheRepublish: the old incarnation's records come
+// back to a restarted node BEFORE its driver has re-announced what it
+// still holds (the join happens in New). With AwaitOwn nothing is
+// retracted meanwhile: the others would drop an endpoint whose container
+// kept running until the re-announcement. Once settled, only what was not
+// re-announced is.
+func TestRetractionAwaitsTheRepublish(t *testing.T) {
+	old := newTestState("a", "10.0.0.1", 100)
+	old.publish(netA, peer("kept", "192.168.0.1", 1))
+	old.publish(netA, peer("lost", "192.168.0.2", 2))
+	oldMsgs := drain(t, old, t0)
+
+	restarted := newTestState("a", "10.0.0.1", 200)
+	restarted.heldOwn = map[key]*record{} // Config.AwaitOwn
+	for _, r := range oldMsgs {
+		restarted.apply(r.clone(), srcState, t0)
+	}
+	if restarted.retracted != 0 || len(restarted.out) != 0 {
+		t.Fatalf("retracted %d before the republish, %d to broadcast", restarted.retracted, len(restarted.out))
+	}
+	restarted.publish(netA, peer("kept", "192.168.0.1", 1)) // the driver re-announces what it has
+	drain(t, restarted, t0)
+	restarted.settleOwn(t0)
+	if restarted.retracted != 1 {
+		t.Fatalf("retracted = %d once settled, want 1 (only the lost endpoint)", restarted.retracted)
+	}
+	if r := restarted.get(key{netA, "kept"}); r == nil || r.Deleted {
+		t.Fatalf("re-announced endpoint = %+v", r)
+	}
+	if r := restarted.get(key{netA, "lost"}); r == nil || !r.Deleted || r.Version.Epoch != 200 {
+		t.Fatalf("lost endpoint = %+v, want a tombstone of the new epoch", r)
+	}
+}

@@ -145,7 +145,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
 		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: cfg.Transport, Sink: drv, Logger: log,
-		NodeData: nodeData, Settings: settings,
+		NodeData: nodeData, Settings: settings, AwaitOwn: true,
 	})
 	if err != nil {
 		cancel()
@@ -164,7 +164,8 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		nodes := enginewatch.NewNodes(cfg.Engine, c.NodeHint, 0, log)
 		p.runs.Go(func() { nodes.Run(runCtx) })
 	}
-	drv.SetControlPlane(c)
+	drv.SetControlPlane(c) // republishes what the driver holds
+	c.OwnSettled()
 	drv.SetMTUFloor(func() (int, string) { return mtuFloor(c.Members()) })
 	p.startHealth(runCtx, cfg, drv, addr, log)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", p.enc != nil)
