@@ -46,7 +46,10 @@
 // past the grace period; a live record whose VTEP differs from the address
 // its owner advertises in its memberlist meta is rejected. A record under
 // this node's own name that this node does not hold is from an earlier
-// incarnation: it is retracted with a newer tombstone.
+// incarnation: it is retracted with a newer tombstone; with
+// Config.AwaitOwn only once the owner says OwnSettled, since a restarted
+// node hears them back before its driver has republished what it still
+// holds.
 //
 // # Dissemination
 //
@@ -99,7 +102,9 @@
 // memberlist alive message (wire.go). A message to one node goes in the
 // newest version both speak; a broadcast, which memberlist may hand to any
 // node, goes in wireBroadcast, the previous release's newest; a node whose
-// range does not meet this one's is refused.
+// range does not meet this one's is refused. Version 3 adds the restart
+// announcement and the settings each node tells the others (its VXLAN
+// port and underlay MTU, settings.go), which a 0.1.0 node never gets.
 //
 // # Delivery
 //
