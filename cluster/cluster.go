@@ -298,6 +298,7 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.AwaitOwn {
 		c.st.heldOwn = map[key]*record{}
 	}
+	c.st.port = cfg.Settings.VXLANPort
 	c.st.restartGrace = max(cfg.RestartGrace, cfg.DeadGrace)
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)

@@ -186,7 +186,9 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	if !wasAlive || c.st.members[n.Name].epoch != wasEpoch {
 		c.settingsDueLocked(n.Name)
 	}
+	refused := c.refuseLocked(n.Name)
 	c.mu.Unlock()
+	c.logRefusal(n.Name, refused)
 	if n.Name != c.name {
 		c.connectOnce.Do(func() { close(c.connected) })
 		c.log.Info(msg, "member", n.Name, "addr", addr)

@@ -53,11 +53,49 @@ func checkSettings(port, mtu uint64) (Settings, error) {
 // handleSettings keeps what a member said of its settings.
 func (c *Cluster) handleSettings(m *message) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if _, known := c.st.adverts[m.from]; !known && len(c.st.adverts) >= maxAdverts {
+		c.mu.Unlock()
 		return
 	}
 	c.st.adverts[m.from] = advert{epoch: m.epoch, Settings: m.adv}
+	refused := c.refuseLocked(m.from)
+	c.mu.Unlock()
+	c.logRefusal(m.from, refused)
+}
+
+// refuseLocked follows whether member name is refused for receiving
+// VXLAN on another port than this node's (its settings, or its instance,
+// changed): on a change its endpoints are delivered again, out of the
+// driver or back in. It returns +1 when it became refused, -1 when it no
+// longer is, 0 otherwise. Caller holds mu.
+func (c *Cluster) refuseLocked(name string) int {
+	now := c.st.otherPort(name)
+	if now == c.st.refused[name] {
+		return 0
+	}
+	if now {
+		c.st.refused[name] = true
+	} else {
+		delete(c.st.refused, name)
+	}
+	c.st.markOwner(name)
+	c.wake(c.deliverCh)
+	if now {
+		return 1
+	}
+	return -1
+}
+
+// logRefusal says what refuseLocked found.
+func (c *Cluster) logRefusal(name string, change int) {
+	switch change {
+	case 1:
+		c.log.Warn("member refused", "member", name, "this_port", c.settings.VXLANPort,
+			"why", "it receives VXLAN on another port than this node sends to; its endpoints are not programmed here",
+			"hint", "set the same --vxlan-port on every node")
+	case -1:
+		c.log.Info("member no longer refused", "member", name, "why", "it receives VXLAN on this node's port now")
+	}
 }
 
 // settingsDueLocked marks member name due this node's settings: it came

@@ -99,3 +99,40 @@ func TestSettingsToAMemberDuringNew(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherPortRefused: a member that receives VXLAN on another port than
+// this node's has its endpoints kept out of the Sink (and the snapshot the
+// driver resyncs from); once it restarts on the same port they go in.
+func TestOtherPortRefused(t *testing.T) {
+	h := newHarness(t)
+	h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1500}
+	n1 := h.start(1)
+	h.settings = Settings{VXLANPort: 4790, UnderlayMTU: 1500}
+	n2 := h.start(2, 1)
+	waitMembers(t, []*tnode{n1, n2}, 2)
+	p := testPeer("e2", 2)
+	n2.c.Publish(netA, p)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10 s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("n1 knows n2's port", func() bool { return memberOf(n1.c, "n2").Settings.VXLANPort == 4790 })
+	time.Sleep(time.Second) // deliveries of anything n1 accepted
+	if _, ok := n1.sink.get(netA)["e2"]; ok {
+		t.Fatal("n1 programmed an endpoint of a node on another VXLAN port")
+	}
+	if len(n1.c.Snapshot(netA)) != 0 {
+		t.Fatalf("n1's snapshot holds %v", n1.c.Snapshot(netA))
+	}
+	n2.c.Close()
+	h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1500}
+	n2 = h.start(2, 1)
+	n2.c.Publish(netA, p)
+	waitFor("n2's endpoint on n1 once it agrees", func() bool { _, ok := n1.sink.get(netA)["e2"]; return ok })
+}

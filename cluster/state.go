@@ -93,6 +93,10 @@ type counters struct {
 // bookkeeping (no I/O, no callbacks) and takes the time as an argument, so
 // the merge rules are unit-tested without memberlist or real clocks.
 type state struct {
+	// port is this node's VXLAN port (0: none said, nothing refused);
+	// refused are the members refused for another one (settings.go).
+	port    uint16
+	refused map[string]bool
 	// heldOwn, while not nil, are the live records under this node's name
 	// from the network that it does not hold, kept until the owner has
 	// republished its own (OwnSettled) and judged then; bounded by
@@ -153,6 +157,7 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 		own:         map[key]struct{}{},
 		members:     map[string]*member{},
 		adverts:     map[string]advert{},
+		refused:     map[string]bool{},
 		pending:     map[string]map[key]pendingRec{},
 		dirty:       map[key]struct{}{},
 		dataDirty:   map[netip.Addr]struct{}{},
@@ -210,6 +215,38 @@ func (s *state) del(k key) {
 // visible: a live endpoint record of another node, which the Sink should
 // have.
 func (s *state) visible(r *record) bool { return r.endpoint() && r.Owner != s.self }
+
+// deliverable: a visible record whose owner this node's data path can
+// reach: not one that said it receives VXLAN on another port than this
+// node sends to (its packets would go to a port nobody listens on, and
+// an encrypted network's would miss the firewall and IPsec, which select
+// this node's port).
+func (s *state) deliverable(r *record) bool {
+	return s.visible(r) && !s.otherPort(r.Owner)
+}
+
+// otherPort: owner's current instance said it receives VXLAN on another
+// port than this node's (settings.go). A node that said nothing (0.1.0)
+// is taken to use this node's.
+func (s *state) otherPort(owner string) bool {
+	if s.port == 0 {
+		return false
+	}
+	a, ok := s.adverts[owner]
+	m := s.members[owner]
+	return ok && m != nil && a.epoch == m.epoch && a.VXLANPort != s.port
+}
+
+// markOwner marks every live record of owner for delivery again.
+func (s *state) markOwner(owner string) {
+	for _, recs := range s.nets {
+		for _, r := range recs {
+			if r.Owner == owner && r.endpoint() {
+				s.markDirty(r.key())
+			}
+		}
+	}
+}
 
 // emit queues a record this node stamped for the members of its
 // network; a membership is also broadcast, since every node keeps them.
@@ -796,7 +833,7 @@ func (s *state) purgeOwner(name string) int {
 func (s *state) snapshot(nid string) []peerdb.Peer {
 	var out []peerdb.Peer
 	for _, r := range s.nets[nid] {
-		if s.visible(r) {
+		if s.deliverable(r) {
 			out = append(out, r.peer())
 		}
 	}
@@ -829,7 +866,7 @@ func (s *state) takeDirty() []delivery {
 	for k := range s.dirty {
 		r := s.get(k)
 		switch {
-		case s.visible(r):
+		case s.deliverable(r):
 			out = append(out, delivery{nid: k.nid, eid: k.eid, add: true, peer: r.peer()})
 		case r != nil && r.Owner == s.self:
 			// Our own endpoint: the driver has it as local.

@@ -658,3 +658,23 @@ func TestRetractionAwaitsTheRepublish(t *testing.T) {
 		t.Fatalf("lost endpoint = %+v, want a tombstone of the new epoch", r)
 	}
 }
+
+// TestOtherPortTakesOutWhatWasDelivered: the settings of a node on another
+// VXLAN port may come after its records: what was delivered is taken out.
+func TestOtherPortTakesOutWhatWasDelivered(t *testing.T) {
+	s := newTestState("a", "10.0.0.1", 100)
+	s.port = 4789
+	join(s, "b", "10.0.0.2", t0)
+	s.apply(liveRec(netA, "e1", "b", "10.0.0.2", "192.168.0.9", Version{Epoch: 1, Seq: 1}), srcPush, t0)
+	if d := s.takeDirty(); len(d) != 1 || !d[0].add {
+		t.Fatalf("first delivery %+v, want the add", d)
+	}
+	s.adverts["b"] = advert{epoch: 1, Settings: Settings{VXLANPort: 4790, UnderlayMTU: 1500}}
+	s.markOwner("b")
+	if d := s.takeDirty(); len(d) != 1 || d[0].add || d[0].eid != "e1" {
+		t.Fatalf("after b said it is on 4790: %+v, want e1 deleted", d)
+	}
+	if got := s.snapshot(netA); len(got) != 0 {
+		t.Fatalf("snapshot %v", got)
+	}
+}
