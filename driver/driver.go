@@ -376,7 +376,7 @@ func (d *Driver) SetEncryption(e Encryption) {
 		}
 		if n.unrecorded && n.opts.encrypted && !n.guarded && !e.Inherited(n.vni) {
 			n.opts.encrypted = false
-			d.reconcileNow(n, "programming the peers of a sandbox adopted from the kernel")
+			d.reconcileNow(n, "program adopted sandbox")
 		}
 		if n.opts.encrypted && n.sandbox != "" && !n.guarded {
 			d.settleAdopted(n, e)
@@ -394,7 +394,7 @@ func (d *Driver) settleAdopted(n *network, e Encryption) {
 		return
 	}
 	n.guarded = true
-	d.reconcileNow(n, "programming the peers of an adopted encrypted sandbox")
+	d.reconcileNow(n, "program adopted encrypted sandbox")
 	d.log.Info("adopted encrypted sandbox guarded again", "network", n.id, "vni", n.vni, "previous IPsec state taken over", e.Resumed())
 }
 

@@ -243,7 +243,7 @@ func (d *Driver) mergeAdopted(old, n *network) error {
 	case old.opts.encrypted && enc != nil:
 		d.settleAdopted(old, enc)
 	case !old.opts.encrypted && presumedEncrypted:
-		d.reconcileNow(old, "programming the peers of a network merged with its adopted sandbox")
+		d.reconcileNow(old, "program merged network")
 	}
 	d.log.Info("adopted network recreated", "why", "Docker created the network again; merged with the sandbox adopted from the previous run",
 		"network", old.id, "vni", old.vni, "subnets", old.subnets)
