@@ -525,7 +525,7 @@ func (c *Cluster) updateMeta(attempt int) bool {
 		if attempt == 1 {
 			level = slog.LevelInfo
 		}
-		c.log.Log(context.Background(), level, "memberlist dropped the node data update: trying again", "attempt", attempt, "err", err)
+		c.log.Log(context.Background(), level, "node data update retried", "why", "memberlist dropped the update", "attempt", attempt, "err", err)
 	}
 	return took
 }

@@ -231,10 +231,10 @@ func (s *state) aliveCount() int {
 // software version could otherwise flood the log.
 func (c *Cluster) decodeError(what string, err error) {
 	if _, ok := errors.AsType[*versionError](err); ok {
-		c.reject(RejectWireVersion, what+" of a wire version this node does not speak ignored", "err", err)
+		c.reject(RejectWireVersion, "gossip input of unknown wire version ignored", "input", what, "err", err)
 		return
 	}
-	c.reject(RejectMalformed, "malformed "+what+" ignored", "err", err)
+	c.reject(RejectMalformed, "malformed gossip input ignored", "input", what, "err", err)
 }
 
 // mlLogWriter turns memberlist's "[LEVEL] memberlist: ..." lines into slog
@@ -315,7 +315,7 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 		if m := incompatibleNode.FindStringSubmatch(s); m != nil {
 			member = m[1]
 		}
-		w.reject(RejectWireVersion, "push/pull refused: a node in it speaks no wire version every node does",
+		w.reject(RejectWireVersion, "push/pull refused", "why", "a node in it speaks no wire version every node does",
 			"member", member, "ours", w.wire, "err", s)
 		return len(p), nil
 	}

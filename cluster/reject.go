@@ -44,7 +44,7 @@ func (c *Cluster) reject(r Reason, msg string, args ...any) {
 
 // refuseInput is the transport screen's report.
 func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
-	c.reject(r.reason, "gossip "+what+" refused", "from", from, "err", r.err)
+	c.reject(r.reason, "gossip input refused", "input", what, "from", from, "err", r.err)
 }
 
 // Rejections returns every reason's count, by name, zeros included.

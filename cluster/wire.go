@@ -51,7 +51,7 @@ func (f *aliveFilter) NotifyAlive(n *memberlist.Node) error {
 	c := f.c
 	if n.Name != c.name && (n.DMin == 0 || n.DMin > n.DMax || n.DMin > c.wireHi || n.DMax < c.wireLo) {
 		theirs, ours := wireRangeString(n.DMin, n.DMax), wireRangeString(c.wireLo, c.wireHi)
-		c.reject(RejectWireVersion, "node refused: it speaks no wire version this node does",
+		c.reject(RejectWireVersion, "node refused", "why", "it speaks no wire version this node does",
 			"member", n.Name, "addr", nodeAddr(n), "theirs", theirs, "ours", ours)
 		return fmt.Errorf("%w: %s speaks wire versions %s, this node %s", errWireVersion, n.Name, theirs, ours)
 	}
