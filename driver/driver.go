@@ -129,9 +129,7 @@ type Driver struct {
 	kernel   kernel.Kernel
 	underlay Underlay
 	vnis     *vni.Allocator
-	// port is the VXLAN port of new sandboxes (atomic: SetVXLANPort may
-	// settle it once Docker says its swarm's data-path port).
-	port atomic.Uint32
+	port     uint16
 	log      *slog.Logger
 	store    store
 	// enc is the encryption side, nil until SetEncryption (or without a
@@ -217,6 +215,7 @@ func New(cfg Config) (*Driver, error) {
 		sandboxDir: cfg.SandboxDir,
 		underlay:   cfg.Underlay,
 		vnis:       cfg.VNIs,
+		port:       cfg.VXLANPort,
 		log:        log,
 		networks:   map[string]*network{},
 		nodes:      map[netip.Addr]bool{},
@@ -231,7 +230,6 @@ func New(cfg Config) (*Driver, error) {
 	if d.resyncPeriod <= 0 {
 		d.resyncPeriod = DefaultResyncPeriod
 	}
-	d.SetVXLANPort(cfg.VXLANPort)
 	if cfg.AdvertiseAddr.IsValid() {
 		d.SetVTEP(cfg.AdvertiseAddr)
 	}

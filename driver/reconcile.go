@@ -233,7 +233,7 @@ func (d *Driver) repairDevices(n *network, p *pass) error {
 	if !vtep.IsValid() {
 		return nil
 	}
-	repairs, err := d.kernel.RepairSandbox(kernel.SandboxSpec{Name: n.sandbox, VNI: n.vni, Port: d.vxlanPort(), Local: vtep, MTU: n.mtu})
+	repairs, err := d.kernel.RepairSandbox(kernel.SandboxSpec{Name: n.sandbox, VNI: n.vni, Port: d.port, Local: vtep, MTU: n.mtu})
 	for _, r := range repairs {
 		kind := RepairDeviceFixed
 		if r.Rebuilt {

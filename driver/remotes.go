@@ -129,11 +129,3 @@ func (d *Driver) lowerMTU(id string, opts netOptions, out map[string]string) {
 			"why", "another node's underlay carries less than this host's; every host uses the smallest")
 	}
 }
-
-// SetVXLANPort sets the UDP port of the VXLAN devices of the sandboxes
-// made from now on: the plugin settles it (Docker's swarm data-path port,
-// unless the setting is given) before the control plane starts, so before
-// any Join builds a sandbox.
-func (d *Driver) SetVXLANPort(port uint16) { d.port.Store(uint32(port)) }
-
-func (d *Driver) vxlanPort() uint16 { return uint16(d.port.Load()) }

@@ -75,11 +75,6 @@ type serveConfig struct {
 	// ResyncPeriod is how often every network's kernel state is compared
 	// with its peer table in full (drift is repaired sooner, on events).
 	ResyncPeriod time.Duration
-	// VXLANPortGiven: --vxlan-port (or its variable) is not the default
-	// 4789; at the default the port follows Docker's swarm data-path port
-	// where the engine says it. (A managed plugin always passes the
-	// variable, 4789 unless set, so "not given" cannot be told apart.)
-	VXLANPortGiven bool
 	// ProbeInterval is the data-path probes' (health.Interval); 0: none.
 	ProbeInterval time.Duration
 }
@@ -167,7 +162,6 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	if err := f.ParseEnv(args, getenv); err != nil {
 		return cfg, err
 	}
-	cfg.VXLANPortGiven = cfg.VXLANPort != defaultVXLANPort
 	if cfg.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(cfg.MetricsAddr); err != nil {
 			return cfg, envflag.Usagef("serve: --metrics-addr %q: %v", cfg.MetricsAddr, err)

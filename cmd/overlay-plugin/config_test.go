@@ -43,7 +43,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 			env: map[string]string{"OVERLAY_SOCKET": "/e/p.sock", "OVERLAY_STATE_DIR": "/e/state", "OVERLAY_SANDBOX_DIR": "/e/netns",
 				"OVERLAY_ADVERTISE_ADDR": "198.51.100.5", "OVERLAY_VXLAN_PORT": "4790", "OVERLAY_LOG_LEVEL": "debug"},
 			want: serveConfig{Socket: "/e/p.sock", StateDir: "/e/state", SandboxDir: "/e/netns", AdminSocket: "/e/state/admin.sock",
-				AdvertiseAddr: netip.MustParseAddr("198.51.100.5"), VXLANPort: 4790, VXLANPortGiven: true, LogLevel: slog.LevelDebug},
+				AdvertiseAddr: netip.MustParseAddr("198.51.100.5"), VXLANPort: 4790, LogLevel: slog.LevelDebug},
 		},
 		{
 			name: "flags over environment",
@@ -52,7 +52,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 			env: map[string]string{"OVERLAY_SOCKET": "/e/p.sock", "OVERLAY_STATE_DIR": "/e/state", "OVERLAY_SANDBOX_DIR": "/e/netns",
 				"OVERLAY_ADMIN_SOCKET": "/e/a.sock", "OVERLAY_ADVERTISE_ADDR": "198.51.100.5", "OVERLAY_VXLAN_PORT": "4790", "OVERLAY_LOG_LEVEL": "debug"},
 			want: serveConfig{Socket: "/f/p.sock", StateDir: "/f/state", SandboxDir: "/f/netns", AdminSocket: "/f/a.sock",
-				AdvertiseAddr: netip.MustParseAddr("2001:db8::1"), VXLANPort: 4791, VXLANPortGiven: true, LogLevel: slog.LevelWarn},
+				AdvertiseAddr: netip.MustParseAddr("2001:db8::1"), VXLANPort: 4791, LogLevel: slog.LevelWarn},
 		},
 		{
 			name: "admin socket follows the state dir given by flag",

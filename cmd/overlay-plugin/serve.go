@@ -220,6 +220,16 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		engine = dockerengine.New(cfg.DockerSocket)
 		closers = append(closers, engine.Close)
 	}
+	// Docker's own data-path port, compared with ours (vxlanport.go).
+	portDone := make(chan struct{})
+	if engine != nil {
+		go func() {
+			defer close(portDone)
+			checkDataPathPort(ctx, cfg.VXLANPort, engine, log)
+		}()
+	} else {
+		close(portDone)
+	}
 	// The VNIs a lost state held, from the engine, before any is handed
 	// out (vni/engine.go).
 	vniCtx, stopVNIs := context.WithCancel(ctx)
@@ -252,10 +262,6 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	cpErr := make(chan error, 1)
 	go func() {
-		cfg := cfg // this run's VXLAN port, once settled
-		if engine != nil {
-			cfg.VXLANPort = settleVXLANPort(ctx, cfg, engine, drv, log)
-		}
 		newEncryption := func() (encryption.XFRM, encryption.Firewall, func(), error) { return deps.newEncryption(cfg) }
 		p, err := controlplane.Start(ctx, controlplane.Config{Addr: cfg.AdvertiseAddr, AdvertiseWait: deps.advertiseWait,
 			GossipPort: cfg.GossipPort, Join: cfg.Join, NodeName: cfg.NodeName, SecretFile: cfg.SecretFile, DeadGrace: cfg.DeadGrace,
@@ -325,6 +331,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	<-svcDone
 	stopVNIs()
 	<-vniDone
+	<-portDone
 	p := plane.Load()
 	if p != nil {
 		p.StopGossip()
