@@ -5,6 +5,9 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+
+	"github.com/overlay-plugin/overlay-plugin/check"
+	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 )
 
 // RemoteVTEP is a remote VTEP this host's sandboxes send to, with the
@@ -43,6 +46,19 @@ func (d *Driver) RemoteVTEPs() []RemoteVTEP {
 	}
 	slices.SortFunc(out, func(a, b RemoteVTEP) int { return a.VTEP.Compare(b.VTEP) })
 	return out
+}
+
+// CheckInputs fills in what the driver knows for the check: the networks
+// it refused, the reconcilers' repairs, whether nf_tables serves here.
+func (d *Driver) CheckInputs(in *check.Inputs) {
+	if err := nftutil.Available(); err != nil {
+		in.NFTables = err.Error()
+	}
+	in.Refused = map[string]string{}
+	for _, r := range d.refused.list() {
+		in.Refused[r.id] = r.Reason
+	}
+	in.RepairPasses, in.LastRepair = d.RepairPasses()
 }
 
 // OverlayMTU is the MTU this host gives a network that sets none: the

@@ -11,7 +11,6 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/health"
-	"github.com/overlay-plugin/overlay-plugin/internal/nftutil"
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi"
@@ -62,17 +61,8 @@ func (b adminBackend) RotateKeys() error        { return b.plane.Load().RotateKe
 // Check gathers the check's inputs from the driver and the control plane.
 func (b adminBackend) Check() (any, error) {
 	in := check.Inputs{Now: time.Now()}
-	if err := nftutil.Available(); err != nil {
-		in.NFTables = err.Error()
-	}
 	if d, ok := b.g.Driver(); ok {
-		in.Refused = map[string]string{}
-		for _, s := range d.Stats() {
-			if s.Refused != nil {
-				in.Refused[s.ID] = s.Refused.Reason
-			}
-		}
-		in.RepairPasses, in.LastRepair = d.RepairPasses()
+		d.CheckInputs(&in)
 	}
 	b.plane.Load().CheckInputs(&in)
 	return check.Build(in), nil

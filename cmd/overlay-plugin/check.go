@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
-	"time"
 
-	"github.com/overlay-plugin/overlay-plugin/check"
 	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 )
 
@@ -34,37 +31,10 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 		fmt.Fprintf(stdout, "%s\n", out)
 	} else {
-		printCheck(stdout, r)
+		r.WriteText(stdout)
 	}
 	if !r.OK {
 		return 1
 	}
 	return 0
-}
-
-func printCheck(w io.Writer, r check.Report) {
-	for _, f := range r.Findings {
-		subject := ""
-		if f.Subject != "" {
-			subject = " " + f.Subject
-		}
-		fmt.Fprintf(w, "PROBLEM %s%s: %s\n", f.Area, subject, f.Problem)
-	}
-	if len(r.Paths) > 0 {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PEER\tPATH\tSTATE\tRTT\tMTU\tCROSSES\tSENT\tANSWERED")
-		for _, p := range r.Paths {
-			crosses := "-"
-			if p.PathMTU > 0 {
-				crosses = fmt.Sprint(p.PathMTU)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", p.Peer, p.Path, p.State, p.RTT.Round(10*time.Microsecond), p.MTU, crosses, p.Sent, p.Answered)
-		}
-		tw.Flush()
-	}
-	if r.OK {
-		fmt.Fprintf(w, "OK: %d data paths probed, nothing wrong\n", len(r.Paths))
-	} else {
-		fmt.Fprintf(w, "%d problem(s)\n", len(r.Findings))
-	}
 }

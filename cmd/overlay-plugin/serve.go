@@ -220,12 +220,12 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		engine = dockerengine.New(cfg.DockerSocket)
 		closers = append(closers, engine.Close)
 	}
-	// Docker's own data-path port, compared with ours (vxlanport.go).
+	// Docker's own data-path port, compared with ours.
 	portDone := make(chan struct{})
 	if engine != nil {
 		go func() {
 			defer close(portDone)
-			checkDataPathPort(ctx, cfg.VXLANPort, engine, log)
+			enginewatch.CheckDataPathPort(ctx, cfg.VXLANPort, engine, log)
 		}()
 	} else {
 		close(portDone)

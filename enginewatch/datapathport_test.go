@@ -1,4 +1,4 @@
-package main
+package enginewatch
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ func TestDataPathPortCompared(t *testing.T) {
 			engine := dockerengine.New(sock)
 			defer engine.Close()
 			var buf bytes.Buffer
-			checkDataPathPort(context.Background(), 4789, engine, slog.New(slog.NewTextHandler(&buf, nil)))
+			CheckDataPathPort(context.Background(), 4789, engine, slog.New(slog.NewTextHandler(&buf, nil)))
 			if got := strings.Contains(buf.String(), `msg="VXLAN port differs from Docker's"`); got != c.warn {
 				t.Fatalf("WARN %v, want %v: %s", got, c.warn, buf.String())
 			}

@@ -1,4 +1,4 @@
-package main
+package enginewatch
 
 import (
 	"context"
@@ -6,21 +6,24 @@ import (
 	"log/slog"
 	"net/url"
 	"time"
-
-	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 )
 
 // portWait bounds the wait for the engine to say its swarm's data-path
 // port.
 const portWait = 5 * time.Second
 
-// checkDataPathPort compares this run's VXLAN port with Docker's swarm
+// DataPathPortEngine says the swarm's data-path port (dockerengine.Client).
+type DataPathPortEngine interface {
+	DataPathPort(ctx context.Context) (uint16, bool, error)
+}
+
+// CheckDataPathPort compares this run's VXLAN port with Docker's swarm
 // data-path port, where the engine says it (a manager's does; a worker's
 // does not), and warns when they differ: Docker's own overlay then uses
 // another port, which a firewall must let through too. The plugin does
 // not follow it: a worker cannot learn it, and nodes on different ports
 // refuse each other.
-func checkDataPathPort(ctx context.Context, port uint16, engine *dockerengine.Client, log *slog.Logger) {
+func CheckDataPathPort(ctx context.Context, port uint16, engine DataPathPortEngine, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, portWait)
 	defer cancel()
 	for {
