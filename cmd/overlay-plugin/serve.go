@@ -220,29 +220,16 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		engine = dockerengine.New(cfg.DockerSocket)
 		closers = append(closers, engine.Close)
 	}
-	// Docker's own data-path port, compared with ours.
-	portDone := make(chan struct{})
-	if engine != nil {
-		go func() {
-			defer close(portDone)
-			enginewatch.CheckDataPathPort(ctx, cfg.VXLANPort, engine, log)
-		}()
-	} else {
-		close(portDone)
-	}
 	// The VNIs a lost state held, from the engine, before any is handed
-	// out (vni/engine.go).
+	// out (vni/engine.go); Docker's own data-path port, compared with ours.
 	vniCtx, stopVNIs := context.WithCancel(ctx)
 	defer stopVNIs()
-	vniDone := make(chan struct{})
+	vniDone, portDone := closedCh(), closedCh()
 	if engine != nil {
 		releaseVNIs := vnis.Hold(vni.HoldWait)
-		go func() {
-			defer close(vniDone)
-			vnis.RecoverFromEngine(vniCtx, engine, driver.OptVNI, releaseVNIs, log)
-		}()
+		vniDone = goDone(func() { vnis.RecoverFromEngine(vniCtx, engine, driver.OptVNI, releaseVNIs, log) })
+		portDone = goDone(func() { enginewatch.CheckDataPathPort(ctx, cfg.VXLANPort, engine, log) })
 	} else {
-		close(vniDone)
 		log.Info("no Docker socket for VNIs", "why", "VNI allocations known only from this host's own state")
 	}
 	g.SetDriver(drv)
@@ -276,23 +263,15 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	// 6. The networks' reconcilers (the driver's New ran the first pass
 	// before ready): on drift events, after kernel errors, periodically.
 	resyncCtx, stopResync := context.WithCancel(ctx)
-	resyncDone := make(chan struct{})
-	go func() {
-		defer close(resyncDone)
-		drv.Run(resyncCtx)
-	}()
+	resyncDone := goDone(func() { drv.Run(resyncCtx) })
 
 	// 7. Service VIPs: the engine lists each network's services.
-	svcDone := make(chan struct{})
+	svcDone := closedCh()
 	if engine != nil {
 		w := enginewatch.NewServices(engine, drv, deps.servicePeriod, log.With("component", "services"))
 		drv.SetServiceWatch(w.Changed)
-		go func() {
-			defer close(svcDone)
-			w.Run(resyncCtx)
-		}()
+		svcDone = goDone(func() { w.Run(resyncCtx) })
 	} else {
-		close(svcDone)
 		log.Info("no Docker socket for services", "why", "service VIPs are not balanced", "hint", "use --endpoint-mode dnsrr, or give --docker-socket")
 	}
 
@@ -404,4 +383,21 @@ func newNetlinkEncryption(cfg serveConfig) (encryption.XFRM, encryption.Firewall
 		return nil, nil, nil, err
 	}
 	return x, firewall.New(nil, cfg.VXLANPort, encryption.Mark), func() { x.Close() }, nil
+}
+
+// goDone runs f in the background; the channel is closed once it returns.
+func goDone(f func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	return done
+}
+
+// closedCh is the done channel of what never ran.
+func closedCh() <-chan struct{} {
+	done := make(chan struct{})
+	close(done)
+	return done
 }
