@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/health"
+	"github.com/overlay-plugin/overlay-plugin/internal/admincli"
 	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 	"github.com/overlay-plugin/overlay-plugin/internal/unixsock"
 )
@@ -21,7 +21,7 @@ import (
 // Defaults of the serve settings.
 const (
 	defaultSocket     = "/run/docker/plugins/overlay.sock"
-	defaultStateDir   = "/var/lib/overlay-plugin"
+	defaultStateDir   = admincli.DefaultStateDir
 	defaultSandboxDir = "/run/overlay-plugin/netns"
 	defaultVXLANPort  = 4789
 	// Docker's NetworkDB gossips on 7946; ours must differ.
@@ -33,7 +33,6 @@ const (
 	// (TestConfigJSONEnvDefaults).
 	defaultRestartGrace = 10 * time.Minute
 	defaultKeyRotation  = time.Hour
-	adminSocketName     = "admin.sock"
 	stateDBName         = "state.db"
 )
 
@@ -121,20 +120,6 @@ func (v gossipPortValue) Set(s string) error {
 	return nil
 }
 
-// adminFlags registers --state-dir and --admin-socket, shared by serve and
-// the client subcommands so that both find the same socket.
-func adminFlags(f *envflag.Set, stateDir, adminSocket *string) {
-	f.StringEnv(stateDir, "state-dir", "OVERLAY_STATE_DIR", defaultStateDir, "directory of the plugin's state (state.db, admin.sock)")
-	f.StringEnv(adminSocket, "admin-socket", "OVERLAY_ADMIN_SOCKET", "", "admin API socket (default <state-dir>/"+adminSocketName+")")
-}
-
-func resolveAdminSocket(stateDir, adminSocket string) string {
-	if adminSocket != "" {
-		return adminSocket
-	}
-	return filepath.Join(stateDir, adminSocketName)
-}
-
 // parseServeConfig reads serve's settings from args and the environment.
 func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
 	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
@@ -142,7 +127,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 		ProbeInterval: health.Interval}
 	f := envflag.New("serve", "overlay-plugin serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
 	f.StringEnv(&cfg.Socket, "socket", "OVERLAY_SOCKET", defaultSocket, "unix socket of Docker's network driver API")
-	adminFlags(f, &cfg.StateDir, &cfg.AdminSocket)
+	admincli.Flags(f, &cfg.StateDir, &cfg.AdminSocket)
 	f.StringEnv(&cfg.SandboxDir, "sandbox-dir", "OVERLAY_SANDBOX_DIR", defaultSandboxDir, "directory where the per-network namespaces are mounted (this instance's alone)")
 	f.VarEnv(addrValue{&cfg.AdvertiseAddr}, "advertise-addr", "OVERLAY_ADVERTISE_ADDR", "this host's VTEP `address` (default: the address Docker reports for this node, else the default-route interface's)")
 	f.VarEnv(envflag.Port(&cfg.VXLANPort), "vxlan-port", "OVERLAY_VXLAN_PORT", "UDP `port` of the VXLAN devices")
@@ -170,7 +155,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	if cfg.SecretFile != "" && cfg.GossipPort == 0 {
 		return cfg, envflag.Usagef("serve: --secret-file needs the gossip control plane (--gossip-port is 0)")
 	}
-	cfg.AdminSocket = resolveAdminSocket(cfg.StateDir, cfg.AdminSocket)
+	cfg.AdminSocket = admincli.Socket(cfg.StateDir, cfg.AdminSocket)
 	for _, p := range []struct{ name, v string }{
 		{"--socket", cfg.Socket}, {"--state-dir", cfg.StateDir}, {"--sandbox-dir", cfg.SandboxDir}, {"--admin-socket", cfg.AdminSocket},
 	} {

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
+	"github.com/overlay-plugin/overlay-plugin/internal/admincli"
 	"github.com/overlay-plugin/overlay-plugin/internal/envflag"
 )
 
@@ -55,17 +56,24 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	case "serve":
 		return runServe(rest, getenv, stdout, stderr)
 	case "state":
-		return reportErr(stderr, runState(rest, getenv, stdout, stderr))
+		return reportErr(stderr, admincli.State(rest, getenv, stdout, stderr))
 	case "peer":
-		return reportErr(stderr, runPeer(rest, getenv, stdout, stderr))
+		return reportErr(stderr, admincli.Peer(rest, getenv, stdout, stderr))
 	case "cluster":
-		return reportErr(stderr, runInspect("cluster", "Print the gossip members and statistics as JSON.", (*adminapi.Client).Cluster, rest, getenv, stdout, stderr))
+		return reportErr(stderr, admincli.Inspect("cluster", "Print the gossip members and statistics as JSON.", (*adminapi.Client).Cluster, rest, getenv, stdout, stderr))
 	case "encryption":
-		return reportErr(stderr, runInspect("encryption", "Print the IPsec key generations, hosts and SAs as JSON.", (*adminapi.Client).Encryption, rest, getenv, stdout, stderr))
+		return reportErr(stderr, admincli.Inspect("encryption", "Print the IPsec key generations, hosts and SAs as JSON.", (*adminapi.Client).Encryption, rest, getenv, stdout, stderr))
 	case "check":
-		return runCheck(rest, getenv, stdout, stderr)
+		ok, err := admincli.Check(rest, getenv, stdout, stderr)
+		switch {
+		case err != nil:
+			return reportErr(stderr, err)
+		case !ok:
+			return 1
+		}
+		return 0
 	case "rotate-keys":
-		return reportErr(stderr, runRotate(rest, getenv, stdout, stderr))
+		return reportErr(stderr, admincli.Rotate(rest, getenv, stdout, stderr))
 	case "version", "-version", "--version":
 		if len(rest) > 0 {
 			return reportErr(stderr, envflag.Usagef("version takes no arguments"))

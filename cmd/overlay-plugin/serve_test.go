@@ -17,15 +17,15 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
 	"github.com/overlay-plugin/overlay-plugin/driver"
+	"github.com/overlay-plugin/overlay-plugin/internal/admincli"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi/pluginapitest"
 	"github.com/overlay-plugin/overlay-plugin/servicelb/fakelb"
 	"github.com/overlay-plugin/overlay-plugin/statedb"
+	"go.etcd.io/bbolt"
 )
 
 // instance is one serve run in-process.
@@ -42,7 +42,7 @@ func testConfig(t *testing.T) serveConfig {
 		Socket:      filepath.Join(dir, "plugins", "overlay.sock"),
 		StateDir:    filepath.Join(dir, "state"),
 		SandboxDir:  filepath.Join(dir, "netns"),
-		AdminSocket: filepath.Join(dir, "state", adminSocketName),
+		AdminSocket: filepath.Join(dir, "state", admincli.SocketName),
 		VXLANPort:   4789,
 		LogLevel:    slog.LevelDebug,
 	}

@@ -1,4 +1,8 @@
-package main
+// Package admincli is overlay-plugin's admin commands (state, cluster,
+// encryption, rotate-keys, peer, check): each parses its flags, asks the
+// running plugin through its admin socket (adminapi) and prints the
+// answer. cmd/overlay-plugin dispatches to them.
+package admincli
 
 import (
 	"bytes"
@@ -6,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"path/filepath"
 	"strings"
 
 	"github.com/overlay-plugin/overlay-plugin/adminapi"
@@ -15,15 +20,36 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
 
+// Where the admin socket is by default: the plugin's state directory.
+const (
+	DefaultStateDir = "/var/lib/overlay-plugin"
+	SocketName      = "admin.sock"
+)
+
+// Flags registers --state-dir and --admin-socket, shared by serve and
+// the admin commands.
+func Flags(f *envflag.Set, stateDir, adminSocket *string) {
+	f.StringEnv(stateDir, "state-dir", "OVERLAY_STATE_DIR", DefaultStateDir, "directory of the plugin's state (state.db, admin.sock)")
+	f.StringEnv(adminSocket, "admin-socket", "OVERLAY_ADMIN_SOCKET", "", "admin API socket (default <state-dir>/"+SocketName+")")
+}
+
+// Socket is the admin socket: the one given, else the state directory's.
+func Socket(stateDir, adminSocket string) string {
+	if adminSocket != "" {
+		return adminSocket
+	}
+	return filepath.Join(stateDir, SocketName)
+}
+
 // clientFlags registers the flags that locate the admin socket.
 func clientFlags(f *envflag.Set) func() *adminapi.Client {
 	var stateDir, adminSocket string
-	adminFlags(f, &stateDir, &adminSocket)
-	return func() *adminapi.Client { return adminapi.NewClient(resolveAdminSocket(stateDir, adminSocket)) }
+	Flags(f, &stateDir, &adminSocket)
+	return func() *adminapi.Client { return adminapi.NewClient(Socket(stateDir, adminSocket)) }
 }
 
-// runState prints the driver's state as indented JSON.
-func runState(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// State prints the driver's state as indented JSON.
+func State(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := envflag.New("state", "overlay-plugin state [flags]\n\nPrint the running plugin's networks, endpoints, peers, kernel entries, service VIPs (backends, connections) and the networks it refused, with why, as JSON.", stderr)
 	client := clientFlags(f)
 	if err := f.ParseEnv(args, getenv); err != nil {
@@ -46,8 +72,8 @@ func runState(args []string, getenv func(string) string, stdout, stderr io.Write
 	return err
 }
 
-// runInspect prints one of the admin API's JSON views, indented.
-func runInspect(name, what string, get func(*adminapi.Client) (json.RawMessage, error), args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// Inspect prints one of the admin API's JSON views, indented.
+func Inspect(name, what string, get func(*adminapi.Client) (json.RawMessage, error), args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := envflag.New(name, "overlay-plugin "+name+" [flags]\n\n"+what, stderr)
 	client := clientFlags(f)
 	if err := f.ParseEnv(args, getenv); err != nil {
@@ -67,8 +93,8 @@ func runInspect(name, what string, get func(*adminapi.Client) (json.RawMessage, 
 	return err
 }
 
-// runRotate asks the running plugin for a new key generation.
-func runRotate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// Rotate asks the running plugin for a new key generation.
+func Rotate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := envflag.New("rotate-keys", "overlay-plugin rotate-keys [flags]\n\nStart a new IPsec key generation now; senders switch to it after the lead time.", stderr)
 	client := clientFlags(f)
 	if err := f.ParseEnv(args, getenv); err != nil {
@@ -83,8 +109,8 @@ func runRotate(args []string, getenv func(string) string, stdout, stderr io.Writ
 	return err
 }
 
-// runPeer is `peer add` and `peer del`.
-func runPeer(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// Peer is `peer add` and `peer del`.
+func Peer(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const synopsis = "peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n       overlay-plugin peer del --network N --endpoint E"
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "usage: overlay-plugin %s\n", synopsis)
@@ -92,9 +118,9 @@ func runPeer(args []string, getenv func(string) string, stdout, stderr io.Writer
 	}
 	switch args[0] {
 	case "add":
-		return runPeerAdd(args[1:], getenv, stdout, stderr)
+		return peerAdd(args[1:], getenv, stdout, stderr)
 	case "del", "delete", "rm":
-		return runPeerDel(args[1:], getenv, stdout, stderr)
+		return peerDel(args[1:], getenv, stdout, stderr)
 	case "-h", "-help", "--help":
 		fmt.Fprintf(stdout, "usage: overlay-plugin %s\n\nRun 'overlay-plugin peer add -h' for the flags.\n", synopsis)
 		return nil
@@ -103,7 +129,7 @@ func runPeer(args []string, getenv func(string) string, stdout, stderr io.Writer
 	return envflag.Usagef("peer: unknown subcommand %q (want add or del)", args[0])
 }
 
-func runPeerAdd(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func peerAdd(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := envflag.New("peer add", "overlay-plugin peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n\nAdd (or replace) a remote endpoint of a network: its addresses, MAC and host (VTEP).", stderr)
 	client := clientFlags(f)
 	var nid, eid, mac, vtep string
@@ -153,7 +179,7 @@ func runPeerAdd(args []string, getenv func(string) string, stdout, stderr io.Wri
 	return nil
 }
 
-func runPeerDel(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func peerDel(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := envflag.New("peer del", "overlay-plugin peer del --network N --endpoint E\n\nRemove a remote endpoint from a network (removing an absent one is not an error).", stderr)
 	client := clientFlags(f)
 	var nid, eid string
