@@ -90,7 +90,8 @@ dir=$1 lo=$2 hi=$3
 vx() { ip -d -o link show type vxlan 2>/dev/null | awk -v lo="$lo" -v hi="$hi" '{for (k = 1; k < NF; k++) if ($k == "id" && $(k+1) >= lo && $(k+1) <= hi) {print; next}}'; }
 if [[ -d $dir ]]; then
 	for f in "$dir"/*; do
-		[[ -e $f ]] || continue
+		# health/ holds the data-path probes' endpoints while the plugin runs
+		[[ -e $f && ! -d $f ]] || continue
 		echo "sandbox namespace left: $f"
 		nsenter --net="$f" ip -d -o link show type vxlan 2>/dev/null | sed 's/^/  vxlan in it: /'
 		nsenter --net="$f" bridge fdb show 2>/dev/null | grep ' dst ' | sed 's/^/  fdb in it: /'
