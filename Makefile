@@ -53,7 +53,8 @@ test-unit:
 	$(GO) test -short ./...
 
 # The IPsec data path on Debian's stock kernel under qemu: this machine's
-# kernel lacks ESP. One VM boot runs the xfrm netlink package
+# kernel lacks ESP. First the watchdog that boots a hung guest again
+# (scripts/vm/hang-test.sh, three short boots). Then one VM boot runs the xfrm netlink package
 # (encryption/netlinkxfrm) and the three-host encrypted scenario
 # (test/encrypted) with the real plugin.
 # Root only; the first run installs qemu and caches the kernel in
@@ -62,6 +63,7 @@ test-vm: build
 	@mkdir -p build/vm
 	CGO_ENABLED=0 $(GO) test -c -o build/vm/netlinkxfrm.test ./encryption/netlinkxfrm
 	CGO_ENABLED=0 $(GO) test -c -o build/vm/encrypted.test ./test/encrypted
+	scripts/vm/hang-test.sh
 	OVERLAY_PLUGIN_BIN=$(CURDIR)/$(BIN) OVERLAY_TEST_REQUIRE="encrypted netlinkxfrm" OVERLAY_VM_PASSENV=OVERLAY_TEST_REQUIRE \
 		scripts/vm/go-tests.sh \
 		build/vm/netlinkxfrm.test build/vm/encrypted.test -- -test.v -test.count=1
