@@ -111,6 +111,15 @@ func TestEncryptedNetworkNeedsSecretAndKernel(t *testing.T) {
 		!strings.Contains(st[0].Refused.Reason, "--secret-file") || st[0].Sandbox != "" || len(st[0].Endpoints) != 0 {
 		t.Fatalf("state after two refusals: %+v", st)
 	}
+	// `docker network rm` of the refused network succeeds and forgets it;
+	// a second delete, of a network nobody knows, is an error again.
+	must(t, d.DeleteNetwork(&api.DeleteNetworkRequest{NetworkID: "n1"}))
+	if st := d.State(); len(st) != 0 {
+		t.Fatalf("state after deleting the refused network: %+v", st)
+	}
+	if err := d.DeleteNetwork(&api.DeleteNetworkRequest{NetworkID: "n1"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleting it again: %v, want not found", err)
+	}
 
 	fe := newFakeEncryption()
 	fe.unsupported = fakexfrm.NoESPError()

@@ -206,9 +206,15 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 }
 
 // DeleteNetwork removes the network and its sandbox. If the sandbox cannot
-// be removed the network stays, so that the delete can be retried.
+// be removed the network stays, so that the delete can be retried. A
+// network this host refused has neither: deleting it succeeds, so that
+// `docker network rm` does, and forgets the refusal.
 func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
 	n, err := d.mustLockNetwork(req.NetworkID)
+	if errors.Is(err, ErrNotFound) && d.refused.take(req.NetworkID) {
+		d.log.Info("deleted refused network", "network", req.NetworkID)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

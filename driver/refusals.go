@@ -65,6 +65,15 @@ func (r *refusals) forget(id string) {
 	delete(r.m, id)
 }
 
+// take forgets the refusal of network id, saying whether there was one.
+func (r *refusals) take(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.m[id]
+	delete(r.m, id)
+	return ok
+}
+
 // refusedNetwork is one entry of refusals.list.
 type refusedNetwork struct {
 	id string
