@@ -1,6 +1,8 @@
 // Package dockerengine asks the local Docker engine, over its API socket,
 // what a plugin is not told: the swarm's nodes and the services of a
-// network. Read-only GETs of JSON, nothing more.
+// network. Read-only GETs of JSON, nothing more: the socket is root on the
+// host, so the client's transport refuses any other method before it
+// leaves the process.
 package dockerengine
 
 import (
@@ -26,11 +28,24 @@ type Client struct{ http *http.Client }
 
 // New returns a client of the engine listening on the unix socket path.
 func New(socket string) *Client {
-	return &Client{http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	return &Client{http: &http.Client{Timeout: 10 * time.Second, Transport: getOnly{&http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
-		}}}}
+		}}}}}
+}
+
+// getOnly passes GETs on and refuses every other request.
+type getOnly struct{ next http.RoundTripper }
+
+func (g getOnly) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet {
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, fmt.Errorf("docker %s %s refused: the plugin only reads from the engine", r.Method, r.URL.Path)
+	}
+	return g.next.RoundTrip(r)
 }
 
 // Close drops idle connections.
