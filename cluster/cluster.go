@@ -74,7 +74,8 @@ type Config struct {
 	// Called from the delivery goroutine with no cluster lock held.
 	NodeData func(vtep netip.Addr, data []byte)
 	// Settings are this node's, told to every member (settings.go); zero:
-	// none.
+	// none. Without a VXLANPort they are told only once SettleSettings
+	// gives one, and nobody is refused meanwhile.
 	Settings Settings
 	// AwaitOwn: the owner republishes the endpoints it still holds after
 	// New (a restarted plugin's driver), and calls OwnSettled when done;
@@ -129,7 +130,9 @@ type Cluster struct {
 	// Atomic: memberlist reads it under its own locks.
 	meta atomic.Pointer[[]byte]
 	adv  netip.Addr
-	// settings are this node's, told to the members (settings.go).
+	// settings are this node's, told to the members (settings.go);
+	// guarded by mu: a node that joins before it knows its VXLAN port
+	// settles them later (SettleSettings).
 	settings Settings
 	epoch    uint64
 	nodeData func(netip.Addr, []byte)

@@ -19,7 +19,7 @@ import (
 //	body     = records                                   kindRecords, kindState, kindPush
 //	         | string(sender) nSyncs sync{nSyncs} records kindSync
 //	         | string(node) epoch                        kindRestart (version 3 on)
-//	         | string(node) epoch vxlanPort underlayMTU  kindSettings (version 3 on)
+//	         | string(node) epoch vxlanPort underlayMTU swarm  kindSettings (version 3 on)
 //	records  = nOwners owner{nOwners} nNets net{nNets}
 //	net      = string(networkID) nRecs rec{nRecs}
 //	rec      = flags(1 byte; bit0 deleted, bit1 membership)
@@ -371,9 +371,9 @@ func decodeMessageUpTo(buf []byte, now time.Time, hi byte) (*message, error) {
 			return nil, errors.New("restart announcement or settings without a node or epoch")
 		}
 		if m.kind == kindSettings {
-			port, mtu := d.uvarint(), d.uvarint()
+			port, mtu, swarm := d.uvarint(), d.uvarint(), d.uvarint()
 			if d.err == nil {
-				if m.adv, d.err = checkSettings(port, mtu); d.err != nil {
+				if m.adv, d.err = checkSettings(port, mtu, swarm); d.err != nil {
 					return nil, d.err
 				}
 			}
@@ -459,6 +459,11 @@ func encodeSettings(v byte, node string, epoch uint64, adv Settings) []byte {
 	e.uvarint(epoch)
 	e.uvarint(uint64(adv.VXLANPort))
 	e.uvarint(uint64(adv.UnderlayMTU))
+	swarm := uint64(0)
+	if adv.Swarm {
+		swarm = 1
+	}
+	e.uvarint(swarm)
 	return e.b
 }
 

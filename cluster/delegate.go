@@ -186,9 +186,9 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	if !wasAlive || c.st.members[n.Name].epoch != wasEpoch {
 		c.settingsDueLocked(n.Name)
 	}
-	refused := c.refuseLocked(n.Name)
+	refused, port := c.refuseLocked(n.Name), c.settings.VXLANPort
 	c.mu.Unlock()
-	c.logRefusal(n.Name, refused)
+	c.logRefusal(n.Name, port, refused)
 	if n.Name != c.name {
 		c.connectOnce.Do(func() { close(c.connected) })
 		c.log.Info(msg, "member", n.Name, "addr", addr)

@@ -21,6 +21,10 @@ import (
 type Settings struct {
 	VXLANPort   uint16 `json:"vxlanPort"`
 	UnderlayMTU int    `json:"underlayMTU"`
+	// Swarm: VXLANPort is the swarm's data-path port, as Docker told this
+	// node (a manager's engine says it) or a member that had it; a node
+	// given no port of its own takes it from such a member (SwarmPort).
+	Swarm bool `json:"swarm,omitempty"`
 }
 
 const (
@@ -40,14 +44,62 @@ type advert struct {
 }
 
 // checkSettings validates settings from the network.
-func checkSettings(port, mtu uint64) (Settings, error) {
+func checkSettings(port, mtu, swarm uint64) (Settings, error) {
 	if port == 0 || port > 65535 {
 		return Settings{}, fmt.Errorf("settings: VXLAN port %d out of range", port)
 	}
 	if mtu < 576 || mtu > 65535 {
 		return Settings{}, fmt.Errorf("settings: underlay MTU %d out of range", mtu)
 	}
-	return Settings{VXLANPort: uint16(port), UnderlayMTU: int(mtu)}, nil
+	if swarm > 1 {
+		return Settings{}, fmt.Errorf("settings: swarm flag %d is not 0 or 1", swarm)
+	}
+	return Settings{VXLANPort: uint16(port), UnderlayMTU: int(mtu), Swarm: swarm == 1}, nil
+}
+
+// SettleSettings sets this node's settings, for a node that joined before
+// it knew its VXLAN port (Config.Settings without one: it follows the
+// members' port, which they tell): every member is told them, and refused
+// or no longer refused for its port. A node that had a port keeps it.
+func (c *Cluster) SettleSettings(s Settings) {
+	c.mu.Lock()
+	if c.settings.VXLANPort != 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.settings, c.st.port = s, s.VXLANPort
+	changes := map[string]int{}
+	for name, m := range c.st.members {
+		if m.alive {
+			c.settingsDueLocked(name)
+		}
+		if _, said := c.st.adverts[name]; said {
+			changes[name] = c.refuseLocked(name)
+		}
+	}
+	c.mu.Unlock()
+	for name, change := range changes {
+		c.logRefusal(name, s.VXLANPort, change)
+	}
+}
+
+// ClusterPort is the VXLAN port the live members say they use, and one
+// member that said it: one following the swarm (Settings.Swarm, then
+// swarm is true) before any other, the lowest by name among equals. ok is
+// false while none has said one.
+func (c *Cluster) ClusterPort() (port uint16, member string, swarm, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, a := range c.st.adverts {
+		m := c.st.members[name]
+		if m == nil || !m.alive || a.epoch != m.epoch || name == c.name {
+			continue
+		}
+		if !ok || (a.Swarm && !swarm) || (a.Swarm == swarm && name < member) {
+			port, member, swarm, ok = a.VXLANPort, name, a.Swarm, true
+		}
+	}
+	return port, member, swarm, ok
 }
 
 // handleSettings keeps what a member said of its settings.
@@ -58,9 +110,9 @@ func (c *Cluster) handleSettings(m *message) {
 		return
 	}
 	c.st.adverts[m.from] = advert{epoch: m.epoch, Settings: m.adv}
-	refused := c.refuseLocked(m.from)
+	refused, port := c.refuseLocked(m.from), c.settings.VXLANPort
 	c.mu.Unlock()
-	c.logRefusal(m.from, refused)
+	c.logRefusal(m.from, port, refused)
 }
 
 // refuseLocked follows whether member name is refused for receiving
@@ -86,11 +138,11 @@ func (c *Cluster) refuseLocked(name string) int {
 	return -1
 }
 
-// logRefusal says what refuseLocked found.
-func (c *Cluster) logRefusal(name string, change int) {
+// logRefusal says what refuseLocked found; port is this node's.
+func (c *Cluster) logRefusal(name string, port uint16, change int) {
 	switch change {
 	case 1:
-		c.log.Warn("member refused", "member", name, "this_port", c.settings.VXLANPort,
+		c.log.Warn("member refused", "member", name, "this_port", port,
 			"why", "it receives VXLAN on another port than this node sends to; its endpoints are not programmed here",
 			"hint", "set the same --vxlan-port on every node")
 	case -1:
@@ -103,7 +155,7 @@ func (c *Cluster) logRefusal(name string, change int) {
 // New has the Memberlist to send with, so the sends are the loop's.
 // Caller holds mu.
 func (c *Cluster) settingsDueLocked(name string) {
-	if c.settings == (Settings{}) || name == c.name {
+	if c.settings.VXLANPort == 0 || name == c.name {
 		return
 	}
 	c.settingsDue[name] = 0

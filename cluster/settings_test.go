@@ -51,27 +51,30 @@ func TestSettingsReachTheMembers(t *testing.T) {
 }
 
 func TestSettingsFromTheNetworkAreChecked(t *testing.T) {
-	for _, c := range []struct{ port, mtu uint64 }{{0, 1500}, {70000, 1500}, {4789, 575}, {4789, 70000}} {
+	for _, c := range []struct{ port, mtu, swarm uint64 }{{0, 1500, 0}, {70000, 1500, 0}, {4789, 575, 0}, {4789, 70000, 0}, {4789, 1500, 2}} {
 		msg := encodeSettings(3, "n9", 7, Settings{VXLANPort: uint16(c.port), UnderlayMTU: int(c.mtu)})
-		if c.port > 65535 { // not encodable through Settings: build it by hand
+		if c.port > 65535 || c.swarm > 1 { // not encodable through Settings: build it by hand
 			e := encoder{}
 			e.b = append(e.b, wireMagic, 3, kindSettings)
 			e.str("n9")
 			e.uvarint(7)
 			e.uvarint(c.port)
 			e.uvarint(c.mtu)
+			e.uvarint(c.swarm)
 			msg = e.b
 		}
 		if _, err := decodeMessage(msg, time.Now()); err == nil {
 			t.Errorf("port %d, MTU %d accepted", c.port, c.mtu)
 		}
 	}
-	if _, err := decodeMessageUpTo(encodeSettings(3, "n9", 7, Settings{4789, 1500}), time.Now(), 2); err == nil {
+	if _, err := decodeMessageUpTo(encodeSettings(3, "n9", 7, Settings{VXLANPort: 4789, UnderlayMTU: 1500}), time.Now(), 2); err == nil {
 		t.Error("a version-2 decoder (0.1.0's range) accepted a settings message")
 	}
-	m, err := decodeMessage(encodeSettings(3, "n9", 7, Settings{4789, 1500}), time.Now())
-	if err != nil || m.from != "n9" || m.epoch != 7 || m.adv != (Settings{4789, 1500}) {
-		t.Fatalf("round trip: %+v %v", m, err)
+	for _, want := range []Settings{{VXLANPort: 4789, UnderlayMTU: 1500}, {VXLANPort: 5789, UnderlayMTU: 1400, Swarm: true}} {
+		m, err := decodeMessage(encodeSettings(3, "n9", 7, want), time.Now())
+		if err != nil || m.from != "n9" || m.epoch != 7 || m.adv != want {
+			t.Fatalf("round trip of %+v: %+v %v", want, m, err)
+		}
 	}
 }
 
@@ -135,4 +138,53 @@ func TestOtherPortRefused(t *testing.T) {
 	n2 = h.start(2, 1)
 	n2.c.Publish(netA, p)
 	waitFor("n2's endpoint on n1 once it agrees", func() bool { _, ok := n1.sink.get(netA)["e2"]; return ok })
+}
+
+// TestSettleFromTheSwarm: a node that joins not knowing its VXLAN port
+// (a worker, whose engine does not say the swarm's) tells nothing and
+// refuses nobody; it learns the port from a member following the swarm
+// (ClusterPort), settles on it, and from then on the members hear its
+// settings and it refuses a member on another port.
+func TestSettleFromTheSwarm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		t.Cleanup(func() { time.Sleep(15 * time.Second) }) // memberlist's streams end in the bubble
+		h := newHarness(t)
+		h.settings = Settings{VXLANPort: 5789, UnderlayMTU: 1500, Swarm: true}
+		manager := h.start(1)
+		h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1500}
+		other := h.start(3, 1)
+		h.settings = Settings{}
+		worker := h.start(2, 1)
+		waitMembers(t, []*tnode{manager, worker, other}, 3)
+		time.Sleep(5 * time.Second)
+		port, from, swarm, ok := worker.c.ClusterPort()
+		if !ok || port != 5789 || from != "n1" || !swarm {
+			t.Fatalf("the worker's cluster port: %d from %q (swarm %v, %v), want 5789 from n1, following the swarm", port, from, swarm, ok)
+		}
+		if port, from, swarm, ok := manager.c.ClusterPort(); !ok || port != 4789 || from != "n3" || swarm {
+			t.Errorf("the manager's cluster port: %d from %q (swarm %v, %v), want 4789 from n3", port, from, swarm, ok)
+		}
+		p := testPeer("e3", 3)
+		other.c.Publish(netA, p)
+		time.Sleep(2 * time.Second)
+		if _, ok := worker.sink.get(netA)["e3"]; !ok {
+			t.Fatal("an unsettled node refused a member")
+		}
+		if got := memberOf(manager.c, "n2").Settings; got != (Settings{}) {
+			t.Fatalf("an unsettled node told settings %+v", got)
+		}
+
+		worker.c.SettleSettings(Settings{VXLANPort: port, UnderlayMTU: 1500, Swarm: true})
+		time.Sleep(5 * time.Second)
+		if got := memberOf(manager.c, "n2").Settings; got != (Settings{VXLANPort: 5789, UnderlayMTU: 1500, Swarm: true}) {
+			t.Errorf("the manager sees the settled worker's settings as %+v", got)
+		}
+		if _, ok := worker.sink.get(netA)["e3"]; ok {
+			t.Error("the settled worker keeps the endpoint of a member on another port")
+		}
+		worker.c.SettleSettings(Settings{VXLANPort: 6789, UnderlayMTU: 1500})
+		if got := memberOf(worker.c, "n2").Settings.VXLANPort; got != 5789 {
+			t.Errorf("settled twice: the worker's port is %d", got)
+		}
+	})
 }
