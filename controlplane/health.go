@@ -37,7 +37,7 @@ func (p *Plane) startHealth(ctx context.Context, cfg Config, drv *driver.Driver,
 		log.Warn("data path probes unavailable", "err", err)
 		return
 	}
-	ecfg := health.EndpointsConfig{Kernel: cfg.Health, Local: addr, VXLANPort: cfg.VXLANPort, MTU: mtu, Log: log}
+	ecfg := health.EndpointsConfig{Kernel: cfg.Health, Local: addr, VXLANPort: p.port, MTU: mtu, Log: log}
 	if p.enc != nil && p.enc.Supported() == nil {
 		ecfg.ESPMTU, ecfg.Guard = mtu-p.enc.Overhead(), p.enc
 	}
@@ -48,7 +48,7 @@ func (p *Plane) startHealth(ctx context.Context, cfg Config, drv *driver.Driver,
 	}
 	p.endpoints = eps
 	k := &knownCache{cluster: p.cluster}
-	p.prober = health.New(health.Config{Conns: eps.Conns(), Port: health.EndpointPort, VXLANPort: cfg.VXLANPort,
+	p.prober = health.New(health.Config{Conns: eps.Conns(), Port: health.EndpointPort, VXLANPort: p.port,
 		Peers: func() []health.Peer { return peersOf(drv.RemoteVTEPs()) }, Sync: eps.Sync, Known: k.get, Interval: cfg.ProbeInterval, Log: log})
 	p.runs.Go(func() { p.prober.Run(ctx) })
 	log.Info("data path probes started", "esp", ecfg.ESPMTU > 0, "interval", cmp.Or(cfg.ProbeInterval, health.Interval))

@@ -40,12 +40,14 @@ type Config struct {
 	DeadGrace    time.Duration
 	RestartGrace time.Duration
 	KeyRotation  time.Duration
-	VXLANPort    uint16
+	// Port is the VXLAN port as StartPort chose it; a zero Port is
+	// settled here, once the members can tell theirs (vxlanport.go).
+	Port PortChoice
 	// Transport, if set, replaces memberlist's network transport.
 	Transport memberlist.Transport
-	// NewEncryption builds the xfrm and firewall side of encryption; the
-	// func it returns releases them.
-	NewEncryption func() (encryption.XFRM, encryption.Firewall, func(), error)
+	// NewEncryption builds the xfrm and firewall side of encryption for
+	// VXLAN on port; the func it returns releases them.
+	NewEncryption func(port uint16) (encryption.XFRM, encryption.Firewall, func(), error)
 	// DB keeps the published keys for the next run.
 	DB *bbolt.DB
 	// Engine, if set, names the swarm's nodes as gossip hints.
@@ -93,12 +95,37 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 			return nil, err
 		}
 	}
-	drv.SetVTEP(addr)
 	log.Info("advertise address settled", "addr", addr)
 	runCtx, cancel := context.WithCancel(context.Background())
-	p := &Plane{log: log, release: func() {}, stopRun: cancel, drv: drv, port: cfg.VXLANPort}
+	p := &Plane{log: log, release: func() {}, stopRun: cancel, drv: drv}
+	// Docker's data-path port, which a first run follows when no member
+	// says a port: asked before it settles. A known port (a restart, when
+	// the engine may not listen yet) is settled at once, and compared
+	// with Docker's in the background.
+	var dp uint16
+	var manager bool
+	if cfg.Port.Port != 0 {
+		p.settlePort(cfg, cfg.Port, addr)
+		if cfg.Engine != nil {
+			p.runs.Go(func() {
+				dp, manager := enginewatch.DataPathPort(runCtx, cfg.Engine, log)
+				enginewatch.WarnDataPathPort(cfg.Port.Port, dp, manager, log)
+			})
+		}
+	} else if cfg.Engine != nil {
+		dp, manager = enginewatch.DataPathPort(ctx, cfg.Engine, log)
+	}
+	firstRun := func(c clusterPort) PortChoice {
+		pc := settleFirstRun(ctx, c, dp, manager, cfg.Engine != nil, log)
+		p.settlePort(cfg, pc, addr)
+		enginewatch.WarnDataPathPort(pc.Port, dp, manager, log)
+		return pc
+	}
 	if cfg.GossipPort == 0 {
 		log.Warn("gossip off", "why", "--gossip-port 0: remote endpoints only through the admin API")
+		if cfg.Port.Port == 0 {
+			firstRun(nil)
+		}
 		p.startHealth(runCtx, cfg, drv, addr, log)
 		return p, nil
 	}
@@ -115,32 +142,23 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		host, _ := os.Hostname()
 		name = host + "-" + addr.String()
 	}
-	pub := encryption.NewPublisher(encryption.KeyStore{DB: cfg.DB}, addr, log)
+	var under int
+	if u, err := drv.UnderlayMTU(addr); err != nil {
+		log.Warn("settings not advertised", "why", "the underlay MTU is unknown", "err", err)
+	} else {
+		under = u
+	}
+	var settings cluster.Settings // told once they have a port
+	if under != 0 {
+		settings = settingsOf(cfg.Port, under)
+	}
+	// The IPsec manager needs the port, which a first run learns from the
+	// members: the keys they publish wait for it in keys.
+	var keys keyRelay
 	var gossipKey []byte
 	var nodeData func(netip.Addr, []byte)
 	if secret != nil {
-		resume := encryption.KeyStore{DB: cfg.DB}.Resume(addr, log)
-		x, fw, release, err := cfg.NewEncryption()
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("encryption: %w", err)
-		}
-		p.release = release
-		p.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: encryption.Subkey(secret, encryption.UseESP),
-			Local: addr, Port: cfg.VXLANPort, Schedule: encryption.ScheduleEvery(cfg.KeyRotation), Publish: pub.Publish, Logger: log,
-			Resume: resume})
-		if err != nil {
-			cancel()
-			release()
-			return nil, err
-		}
-		gossipKey, nodeData = encryption.Subkey(secret, encryption.UseGossip), p.enc.ReceiveKeys
-	}
-	var settings cluster.Settings
-	if under, err := drv.UnderlayMTU(); err != nil {
-		log.Warn("settings not advertised", "why", "the underlay MTU is unknown", "err", err)
-	} else {
-		settings = cluster.Settings{VXLANPort: cfg.VXLANPort, UnderlayMTU: under}
+		gossipKey, nodeData = encryption.Subkey(secret, encryption.UseGossip), keys.deliver
 	}
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
@@ -149,27 +167,75 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	})
 	if err != nil {
 		cancel()
-		p.StopEncryption()
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
 	p.cluster, p.secret = c, secret != nil
-	pub.Attach(c)
 	p.runs.Go(func() { p.rejected.run(runCtx, c) })
-	if p.enc != nil {
-		drv.SetEncryption(p.enc)
-		p.runs.Go(func() { p.enc.Run(runCtx, time.Second) })
-		p.runs.Go(func() { pub.Run(runCtx) })
-	}
 	if cfg.Engine != nil {
 		nodes := enginewatch.NewNodes(cfg.Engine, c.NodeHint, 0, log)
 		p.runs.Go(func() { nodes.Run(runCtx) })
 	}
+	// The leader's MTU for new networks counts this node's underlay from
+	// the start, before its port is settled.
+	drv.SetMTUFloor(func() (int, string) { return mtuFloor(c.Members()) })
+	if cfg.Port.Port == 0 {
+		pc := firstRun(c)
+		if under != 0 {
+			c.SettleSettings(settingsOf(pc, under))
+		}
+	}
+	pub := encryption.NewPublisher(encryption.KeyStore{DB: cfg.DB}, addr, log)
+	pub.Attach(c)
+	if secret != nil {
+		if err := p.startEncryption(runCtx, cfg, secret, addr, pub, &keys); err != nil {
+			p.StopGossip()
+			return nil, err
+		}
+	}
 	drv.SetControlPlane(c) // republishes what the driver holds
 	c.OwnSettled()
-	drv.SetMTUFloor(func() (int, string) { return mtuFloor(c.Members()) })
 	p.startHealth(runCtx, cfg, drv, addr, log)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", p.enc != nil)
 	return p, nil
+}
+
+// settlePort gives the driver its data path on pc's port, and stores a
+// port chosen on a first run for the next.
+func (p *Plane) settlePort(cfg Config, pc PortChoice, addr netip.Addr) {
+	p.port = pc.Port
+	p.drv.SetDataPath(addr, pc.Port)
+	if cfg.Port.Port == 0 && cfg.DB != nil {
+		if err := storePort(cfg.DB, pc); err != nil {
+			p.log.Warn("VXLAN port not stored", "err", err, "why", "the next start settles it again")
+		}
+	}
+	p.log.Info("VXLAN port settled", "port", pc.Port, "from", pc.Source, "follows_docker", pc.Swarm)
+}
+
+// startEncryption starts the IPsec manager for VXLAN on p.port, hands it
+// the keys the members published meanwhile, and connects it to the
+// driver.
+func (p *Plane) startEncryption(ctx context.Context, cfg Config, secret []byte, addr netip.Addr, pub *encryption.Publisher, keys *keyRelay) error {
+	resume := encryption.KeyStore{DB: cfg.DB}.Resume(addr, p.log)
+	x, fw, release, err := cfg.NewEncryption(p.port)
+	if err != nil {
+		return fmt.Errorf("encryption: %w", err)
+	}
+	p.release = release
+	p.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: encryption.Subkey(secret, encryption.UseESP),
+		Local: addr, Port: p.port, Schedule: encryption.ScheduleEvery(cfg.KeyRotation), Publish: pub.Publish, Logger: p.log,
+		Resume: resume})
+	if err != nil {
+		p.enc = nil
+		release()
+		p.release = func() {}
+		return err
+	}
+	keys.attach(p.enc.ReceiveKeys)
+	p.drv.SetEncryption(p.enc)
+	p.runs.Go(func() { p.enc.Run(ctx, time.Second) })
+	p.runs.Go(func() { pub.Run(ctx) })
+	return nil
 }
 
 // StopGossip stops deliveries into the driver; call before Driver.Close.

@@ -71,12 +71,12 @@ type Config struct {
 	// DB keeps the networks and endpoints across restarts; nil keeps
 	// nothing.
 	DB *bbolt.DB
-	// AdvertiseAddr is this host's VTEP address. When unset, the caller
-	// settles it later with SetVTEP (see AdvertiseAddr); until then joins
-	// wait for it.
+	// AdvertiseAddr is this host's VTEP address and VXLANPort the UDP
+	// port of every VXLAN device. When either is unset, the caller
+	// settles both later with SetDataPath (see AdvertiseAddr; the control
+	// plane may learn the port from the members); until then joins wait.
 	AdvertiseAddr netip.Addr
-	// VXLANPort is the UDP port of every VXLAN device.
-	VXLANPort uint16
+	VXLANPort     uint16
 	// Encryption serves encrypted networks; nil when no cluster secret is
 	// configured, which makes them an error.
 	Encryption Encryption
@@ -129,13 +129,12 @@ type Driver struct {
 	kernel   kernel.Kernel
 	underlay Underlay
 	vnis     *vni.Allocator
-	port     uint16
 	log      *slog.Logger
 	store    store
 	// enc is the encryption side, nil until SetEncryption (or without a
 	// cluster secret). Atomic: read under network locks.
 	enc atomic.Pointer[Encryption]
-	// vtepSet is closed when vtep is set.
+	// vtepSet is closed when vtep and port are set.
 	vtepSet chan struct{}
 	// cp is the control plane, nil until SetControlPlane. Atomic rather
 	// than under mu: it is read under network locks on every join.
@@ -170,15 +169,17 @@ type Driver struct {
 	// under mu while runCtx is set, Wait after Run cleared it.
 	loops sync.WaitGroup
 
-	// mu guards networks, vtep, discovered, nodes, runCtx and every
+	// mu guards networks, vtep, port, discovered, nodes, runCtx and every
 	// network's looping flag. Bottom of the lock order:
 	// hold nothing else's lock while taking it and call nothing while
 	// holding it.
 	mu       lockrank.Mutex[lockrank.Driver]
 	networks map[string]*network
 	// vtep is this host's VTEP address once settled; it never changes
-	// afterwards, since the other hosts program it.
+	// afterwards, since the other hosts program it. port is the VXLAN
+	// port, given to New or settled with vtep.
 	vtep netip.Addr
+	port uint16
 	// discovered is this node's address as Docker reported it, and
 	// selfKnown is closed when it is first set.
 	discovered netip.Addr
@@ -200,9 +201,6 @@ type Driver struct {
 func New(cfg Config) (*Driver, error) {
 	if cfg.Kernel == nil || cfg.Underlay == nil || cfg.VNIs == nil {
 		return nil, errors.New("driver: Kernel, Underlay and VNIs are required")
-	}
-	if cfg.VXLANPort == 0 {
-		return nil, errors.New("driver: VXLAN port must not be 0")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -230,8 +228,8 @@ func New(cfg Config) (*Driver, error) {
 	if d.resyncPeriod <= 0 {
 		d.resyncPeriod = DefaultResyncPeriod
 	}
-	if cfg.AdvertiseAddr.IsValid() {
-		d.SetVTEP(cfg.AdvertiseAddr)
+	if cfg.AdvertiseAddr.IsValid() && cfg.VXLANPort != 0 {
+		d.SetDataPath(cfg.AdvertiseAddr, cfg.VXLANPort)
 	}
 	if err := d.store.init(); err != nil {
 		return nil, fmt.Errorf("state database: %w", err)
@@ -305,29 +303,40 @@ func (d *Driver) networkIDs() []string {
 	return ids
 }
 
-// vtepWait bounds how long a join waits for the VTEP address to be
-// settled at start-up.
+// vtepWait bounds how long a join waits for the VTEP address and VXLAN
+// port to be settled at start-up.
 const vtepWait = 20 * time.Second
 
-// localVTEP is the address this host's VXLAN devices use, once settled.
-func (d *Driver) localVTEP() (netip.Addr, error) {
+// dataPath is the address and port this host's VXLAN devices use, once
+// settled.
+func (d *Driver) dataPath() (netip.Addr, uint16, error) {
 	select {
 	case <-d.vtepSet:
 	case <-time.After(vtepWait):
-		return netip.Addr{}, errors.New("this host's advertise address is not settled yet (the plugin is starting); retry")
+		return netip.Addr{}, 0, errors.New("this host's advertise address or VXLAN port is not settled yet (the plugin is starting); retry")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.vtep, nil
+	return d.vtep, d.port, nil
 }
 
-// SetVTEP settles this host's VTEP address; later calls are ignored. The
-// control plane must advertise the same address.
-func (d *Driver) SetVTEP(a netip.Addr) {
+// localVTEP is dataPath's address.
+func (d *Driver) localVTEP() (netip.Addr, error) {
+	a, _, err := d.dataPath()
+	return a, err
+}
+
+// SetDataPath settles this host's VTEP address and VXLAN port (a port
+// given to New stays); later calls are ignored. The control plane must
+// advertise the same.
+func (d *Driver) SetDataPath(a netip.Addr, port uint16) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.vtep.IsValid() {
 		return
+	}
+	if d.port == 0 {
+		d.port = port
 	}
 	d.vtep = a.Unmap()
 	close(d.vtepSet)

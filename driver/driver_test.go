@@ -437,8 +437,8 @@ func TestAdvertiseAddrFromDiscovery(t *testing.T) {
 	if err != nil || a != netip.MustParseAddr("198.51.100.9") {
 		t.Fatalf("AdvertiseAddr = %v, %v; want Docker's address for this node", a, err)
 	}
-	d.SetVTEP(a)
-	d.SetVTEP(localVTEP) // settled: ignored
+	d.SetDataPath(a, 4789)
+	d.SetDataPath(localVTEP, 4790) // settled: ignored
 	must(t, d.CreateNetwork(createNetReq("n1", 300)))
 	createJoined(t, d, "e1", 1)
 	if got := k.Snapshot()["n1"].Spec.Local; got != a {
@@ -506,5 +506,35 @@ func TestAddPeerRefusesIdsDeleteRefuses(t *testing.T) {
 	st := d.State()[0]
 	if len(st.Peers) != 1 || st.Peers[0].EndpointID != "r1" {
 		t.Fatalf("peers after the forged adds: %+v, want r1 alone", st.Peers)
+	}
+}
+
+// TestPortSettledLater: a first run that does not know its VXLAN port yet
+// (the control plane learns it from the members) builds no sandbox until
+// SetDataPath names it, even with its address known; then the sandbox
+// uses it.
+func TestPortSettledLater(t *testing.T) {
+	k := fakekernel.New()
+	cfg := testConfig(t, k, testDB(t))
+	cfg.VXLANPort = 0
+	d := newFromConfig(t, cfg)
+	must(t, d.CreateNetwork(createNetReq("n1", 300)))
+	joined := make(chan error, 1)
+	go func() {
+		if _, err := d.CreateEndpoint(endpointReq("n1", "e1", 1)); err != nil {
+			joined <- err
+			return
+		}
+		_, err := d.Join(&api.JoinRequest{NetworkID: "n1", EndpointID: "e1"})
+		joined <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if sb, _ := k.Sandboxes(); len(sb) != 0 {
+		t.Fatalf("sandboxes before the port is settled: %v", sb)
+	}
+	d.SetDataPath(localVTEP, 5789)
+	must(t, <-joined)
+	if got := k.Snapshot()["n1"].Spec.Port; got != 5789 {
+		t.Errorf("the VXLAN device on port %d, want 5789", got)
 	}
 }

@@ -261,7 +261,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 		}
 		enc = d.encryption()
 	}
-	local, err := d.localVTEP()
+	local, port, err := d.dataPath()
 	if err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 		}
 		n.guarded = true
 	}
-	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: d.port, Local: local, MTU: mtu}
+	spec := kernel.SandboxSpec{Name: n.id, VNI: n.vni, Port: port, Local: local, MTU: mtu}
 	if err := d.kernel.CreateSandbox(spec); err != nil {
 		if enc != nil {
 			if derr := enc.DisableVNI(n.vni); derr != nil {

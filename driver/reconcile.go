@@ -225,15 +225,15 @@ func (d *Driver) reconcileNow(n *network, what string) {
 // repairDevices rebuilds what is missing or wrong of the sandbox's bridge
 // and VXLAN device, in place. It needs this host's VTEP address, which a
 // restarted plugin may learn only after it serves; until then it does
-// nothing (SetVTEP triggers a reconcile). Caller holds n.mu.
+// nothing (SetDataPath triggers a reconcile). Caller holds n.mu.
 func (d *Driver) repairDevices(n *network, p *pass) error {
 	d.mu.Lock()
-	vtep := d.vtep
+	vtep, port := d.vtep, d.port
 	d.mu.Unlock()
 	if !vtep.IsValid() {
 		return nil
 	}
-	repairs, err := d.kernel.RepairSandbox(kernel.SandboxSpec{Name: n.sandbox, VNI: n.vni, Port: d.port, Local: vtep, MTU: n.mtu})
+	repairs, err := d.kernel.RepairSandbox(kernel.SandboxSpec{Name: n.sandbox, VNI: n.vni, Port: port, Local: vtep, MTU: n.mtu})
 	for _, r := range repairs {
 		kind := RepairDeviceFixed
 		if r.Rebuilt {

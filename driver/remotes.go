@@ -95,12 +95,10 @@ func (d *Driver) overlayMTU(local netip.Addr, enc Encryption) (underMTU, mtu int
 	return underMTU, mtu, nil
 }
 
-// UnderlayMTU is the MTU of the interface that carries this host's VTEP.
-func (d *Driver) UnderlayMTU() (int, error) {
-	local, err := d.localVTEP()
-	if err != nil {
-		return 0, err
-	}
+// UnderlayMTU is the MTU of the interface that carries local, this host's
+// VTEP (which the control plane knows before the driver's data path is
+// settled).
+func (d *Driver) UnderlayMTU(local netip.Addr) (int, error) {
 	return d.underlay.MTU(local)
 }
 

@@ -119,7 +119,7 @@ func (d *Driver) restore(expectEncryption bool) (map[string]bool, error) {
 		d.log.Warn("unknown sandbox adopted",
 			"why", "a running sandbox the state database does not know: its containers keep their traffic; its subnets and options are unknown until Docker creates the network again",
 			"network", n.id, "vni", n.vni, "port", info.Spec.Port, "mtu", n.mtu, "containers", info.Attached())
-		if info.Spec.Port != d.port {
+		if d.port != 0 && info.Spec.Port != d.port { // New, before anything runs: d.port is the one given
 			d.log.Warn("adopted sandbox port differs", "network", n.id, "port", info.Spec.Port, "this run", d.port)
 		}
 	}

@@ -35,7 +35,12 @@ func TestDataPathPortCompared(t *testing.T) {
 			engine := dockerengine.New(sock)
 			defer engine.Close()
 			var buf bytes.Buffer
-			CheckDataPathPort(context.Background(), 4789, engine, slog.New(slog.NewTextHandler(&buf, nil)))
+			log := slog.New(slog.NewTextHandler(&buf, nil))
+			dp, ok := DataPathPort(context.Background(), engine, log)
+			if want := c.manager; ok != want {
+				t.Fatalf("the engine said a port: %v, want %v", ok, want)
+			}
+			WarnDataPathPort(4789, dp, ok, log)
 			if got := strings.Contains(buf.String(), `msg="VXLAN port differs from Docker's"`); got != c.warn {
 				t.Fatalf("WARN %v, want %v: %s", got, c.warn, buf.String())
 			}

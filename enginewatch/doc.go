@@ -2,6 +2,6 @@
 // a plugin is not told: the services of its networks (Services, for their
 // VIPs) and the swarm's nodes (Nodes, as gossip hints). Both take the one
 // engine client (dockerengine.Client), are built with New…, and run until
-// the context given to Run ends. CheckDataPathPort asks once, at start,
-// the swarm's data-path port, to compare it with the plugin's.
+// the context given to Run ends. DataPathPort asks once, at start,
+// the swarm's data-path port, which the plugin's VXLAN port follows.
 package enginewatch

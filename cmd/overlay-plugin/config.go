@@ -23,7 +23,6 @@ const (
 	defaultSocket     = "/run/docker/plugins/overlay.sock"
 	defaultStateDir   = admincli.DefaultStateDir
 	defaultSandboxDir = "/run/overlay-plugin/netns"
-	defaultVXLANPort  = 4789
 	// Docker's NetworkDB gossips on 7946; ours must differ.
 	defaultGossipPort = 7947
 	defaultDeadGrace  = 30 * time.Second
@@ -122,7 +121,7 @@ func (v gossipPortValue) Set(s string) error {
 
 // parseServeConfig reads serve's settings from args and the environment.
 func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
-	cfg := serveConfig{VXLANPort: defaultVXLANPort, LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
+	cfg := serveConfig{LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
 		DeadGrace: defaultDeadGrace, RestartGrace: defaultRestartGrace, KeyRotation: defaultKeyRotation, ResyncPeriod: driver.DefaultResyncPeriod,
 		ProbeInterval: health.Interval}
 	f := envflag.New("serve", "overlay-plugin serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
@@ -130,7 +129,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	admincli.Flags(f, &cfg.StateDir, &cfg.AdminSocket)
 	f.StringEnv(&cfg.SandboxDir, "sandbox-dir", "OVERLAY_SANDBOX_DIR", defaultSandboxDir, "directory where the per-network namespaces are mounted (this instance's alone)")
 	f.VarEnv(addrValue{&cfg.AdvertiseAddr}, "advertise-addr", "OVERLAY_ADVERTISE_ADDR", "this host's VTEP `address` (default: the address Docker reports for this node, else the default-route interface's)")
-	f.VarEnv(envflag.Port(&cfg.VXLANPort), "vxlan-port", "OVERLAY_VXLAN_PORT", "UDP `port` of the VXLAN devices")
+	f.VarEnv(envflag.Port(&cfg.VXLANPort), "vxlan-port", "OVERLAY_VXLAN_PORT", "UDP `port` of the VXLAN devices, the same on every node (default: the port the other nodes use, else Docker's swarm data-path port, else 4789; kept in the state database)")
 	f.VarEnv(envflag.Level(&cfg.LogLevel), "log-level", "OVERLAY_LOG_LEVEL", "log `level`: debug, info, warn or error")
 	f.VarEnv(gossipPortValue{&cfg.GossipPort}, "gossip-port", "OVERLAY_GOSSIP_PORT", "TCP and UDP `port` of the gossip control plane (Docker's own uses 7946); 0 runs without it")
 	f.VarEnv(envflag.List(&cfg.Join), "join", "OVERLAY_JOIN", "comma-separated `host[:port]` seeds of the gossip cluster (on a swarm, Docker names the other nodes)")

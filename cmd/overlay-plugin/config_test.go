@@ -30,13 +30,13 @@ func TestServeConfigPrecedence(t *testing.T) {
 		{
 			name: "defaults",
 			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
-				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo},
+				AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo},
 		},
 		{
 			name: "probes off, by environment",
 			env:  map[string]string{"OVERLAY_PROBE_INTERVAL": "0"},
 			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
-				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo, ProbeInterval: -1},
+				AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo, ProbeInterval: -1},
 		},
 		{
 			name: "environment over defaults",
@@ -59,14 +59,14 @@ func TestServeConfigPrecedence(t *testing.T) {
 			args: []string{"--state-dir", "/f/state"},
 			env:  map[string]string{"OVERLAY_STATE_DIR": "/e/state"},
 			want: serveConfig{Socket: defaultSocket, StateDir: "/f/state", SandboxDir: defaultSandboxDir, AdminSocket: "/f/state/admin.sock",
-				VXLANPort: 4789, LogLevel: slog.LevelInfo},
+				LogLevel: slog.LevelInfo},
 		},
 		{
 			name: "admin socket from the environment beats the derived one",
 			args: []string{"--state-dir", "/f/state"},
 			env:  map[string]string{"OVERLAY_ADMIN_SOCKET": "/e/a.sock"},
 			want: serveConfig{Socket: defaultSocket, StateDir: "/f/state", SandboxDir: defaultSandboxDir, AdminSocket: "/e/a.sock",
-				VXLANPort: 4789, LogLevel: slog.LevelInfo},
+				LogLevel: slog.LevelInfo},
 		},
 		{
 			name: "gossip, encryption and resync settings",
@@ -74,7 +74,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 			env: map[string]string{"OVERLAY_GOSSIP_PORT": "8000", "OVERLAY_SECRET_FILE": "/etc/overlay-plugin/secret",
 				"OVERLAY_KEY_ROTATION": "10m", "OVERLAY_JOIN": "ignored", "OVERLAY_RESYNC_PERIOD": "5s", "OVERLAY_RESTART_GRACE": "90s"},
 			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
-				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo,
+				AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo,
 				GossipPort: 8000, Join: []string{"198.51.100.1", "198.51.100.2:8000"}, NodeName: "h2",
 				SecretFile: "/etc/overlay-plugin/secret", DeadGrace: 3 * time.Second, KeyRotation: 10 * time.Minute,
 				ResyncPeriod: 5 * time.Second, RestartGrace: 90 * time.Second},
@@ -84,14 +84,14 @@ func TestServeConfigPrecedence(t *testing.T) {
 			args: []string{"--restart-grace", "1m"},
 			env:  map[string]string{"OVERLAY_RESTART_GRACE": "2m"},
 			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
-				AdminSocket: "/var/lib/overlay-plugin/admin.sock", VXLANPort: 4789, LogLevel: slog.LevelInfo, RestartGrace: time.Minute},
+				AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo, RestartGrace: time.Minute},
 		},
 		{
 			name: "empty variables count as unset; mapped IPv4 is unmapped",
 			args: []string{"--advertise-addr", "::ffff:198.51.100.9"},
 			env:  map[string]string{"OVERLAY_SOCKET": "", "OVERLAY_VXLAN_PORT": ""},
 			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir,
-				AdminSocket: "/var/lib/overlay-plugin/admin.sock", AdvertiseAddr: netip.MustParseAddr("198.51.100.9"), VXLANPort: 4789, LogLevel: slog.LevelInfo},
+				AdminSocket: "/var/lib/overlay-plugin/admin.sock", AdvertiseAddr: netip.MustParseAddr("198.51.100.9"), LogLevel: slog.LevelInfo},
 		},
 	}
 	for _, c := range cases {
@@ -176,7 +176,7 @@ func TestServeConfigErrors(t *testing.T) {
 		t.Errorf("-h: %v, want flag.ErrHelp", err)
 	}
 	for _, w := range []string{"-socket", "OVERLAY_SOCKET", "OVERLAY_STATE_DIR", "OVERLAY_SANDBOX_DIR", "OVERLAY_ADMIN_SOCKET",
-		"OVERLAY_ADVERTISE_ADDR", "OVERLAY_VXLAN_PORT", "OVERLAY_LOG_LEVEL", "(default 4789)", "(default info)", "-vxlan-port port"} {
+		"OVERLAY_ADVERTISE_ADDR", "OVERLAY_VXLAN_PORT", "OVERLAY_LOG_LEVEL", "Docker's swarm data-path port, else 4789", "(default info)", "-vxlan-port port"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("serve -h does not mention %q:\n%s", w, out.String())
 		}

@@ -64,7 +64,7 @@ func runNode(t *testing.T, net *memnet.Network, n *node, cfg serveConfig, k *fak
 	}
 	deps := testDeps(k)
 	deps.gossipTransport = tr
-	deps.newEncryption = func(serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
+	deps.newEncryption = func(serveConfig, uint16) (encryption.XFRM, encryption.Firewall, func(), error) {
 		return n.x, n.fw, func() {}, nil
 	}
 	in := start(t, cfg, deps)

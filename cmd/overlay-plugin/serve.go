@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"sync/atomic"
@@ -62,8 +63,9 @@ type serveDeps struct {
 	// newHealthKernel builds the kernel of the data-path probes'
 	// endpoints; nil: the data path is not probed.
 	newHealthKernel func(cfg serveConfig) (health.Kernel, func(), error)
-	// newEncryption builds the xfrm and firewall side of encryption.
-	newEncryption func(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error)
+	// newEncryption builds the xfrm and firewall side of encryption, for
+	// VXLAN on port.
+	newEncryption func(cfg serveConfig, port uint16) (encryption.XFRM, encryption.Firewall, func(), error)
 	// gossipTransport, if set, replaces memberlist's network transport.
 	gossipTransport memberlist.Transport
 	// newLoadBalancer programs service VIPs into containers.
@@ -171,7 +173,9 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	if cfg.SandboxDir, err = hostdir.Make(cfg.SandboxDir, 0o755); err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("sandbox directory: %w", err), pluginSrv)
 	}
-	db, err := statedb.Open(filepath.Join(cfg.StateDir, stateDBName), statedb.Options{LockWait: deps.lockWait, Logger: log})
+	dbPath := filepath.Join(cfg.StateDir, stateDBName)
+	_, statErr := os.Stat(dbPath)
+	db, err := statedb.Open(dbPath, statedb.Options{LockWait: deps.lockWait, Logger: log})
 	if err != nil {
 		return stopServers(log, g, deps, fmt.Errorf("open state database: %w", err), pluginSrv)
 	}
@@ -206,7 +210,14 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 
 	// 4. The driver, which adopts what a previous run left in the kernel
-	// and removes its provable leftovers.
+	// and removes its provable leftovers, on the VXLAN port known so far
+	// (a first run given none learns it in 5).
+	port, err := controlplane.StartPort(db, cfg.VXLANPort, statErr == nil)
+	if err != nil {
+		log.Warn("VXLAN port not read", "err", err, "why", "it is settled again, as on a first run")
+		port = controlplane.PortChoice{}
+	}
+	cfg.VXLANPort = port.Port
 	drv, vnis, release, err := buildDriver(cfg, deps, db, log)
 	if err != nil {
 		g.Fail(err)
@@ -221,14 +232,13 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		closers = append(closers, engine.Close)
 	}
 	// The VNIs a lost state held, from the engine, before any is handed
-	// out (vni/engine.go); Docker's own data-path port, compared with ours.
+	// out (vni/engine.go).
 	vniCtx, stopVNIs := context.WithCancel(ctx)
 	defer stopVNIs()
-	vniDone, portDone := closedCh(), closedCh()
+	vniDone := closedCh()
 	if engine != nil {
 		releaseVNIs := vnis.Hold(vni.HoldWait)
 		vniDone = goDone(func() { vnis.RecoverFromEngine(vniCtx, engine, driver.OptVNI, releaseVNIs, log) })
-		portDone = goDone(func() { enginewatch.CheckDataPathPort(ctx, cfg.VXLANPort, engine, log) })
 	} else {
 		log.Info("no Docker socket for VNIs", "why", "VNI allocations known only from this host's own state")
 	}
@@ -249,10 +259,12 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	cpErr := make(chan error, 1)
 	go func() {
-		newEncryption := func() (encryption.XFRM, encryption.Firewall, func(), error) { return deps.newEncryption(cfg) }
+		newEncryption := func(port uint16) (encryption.XFRM, encryption.Firewall, func(), error) {
+			return deps.newEncryption(cfg, port)
+		}
 		p, err := controlplane.Start(ctx, controlplane.Config{Addr: cfg.AdvertiseAddr, AdvertiseWait: deps.advertiseWait,
 			GossipPort: cfg.GossipPort, Join: cfg.Join, NodeName: cfg.NodeName, SecretFile: cfg.SecretFile, DeadGrace: cfg.DeadGrace,
-			RestartGrace: cfg.RestartGrace, KeyRotation: cfg.KeyRotation, VXLANPort: cfg.VXLANPort, Transport: deps.gossipTransport,
+			RestartGrace: cfg.RestartGrace, KeyRotation: cfg.KeyRotation, Port: port, Transport: deps.gossipTransport,
 			NewEncryption: newEncryption, DB: db, Engine: engine, Health: healthKernel, ProbeInterval: cfg.ProbeInterval, Logger: log}, drv)
 		if err == nil {
 			plane.Store(p)
@@ -310,7 +322,6 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	<-svcDone
 	stopVNIs()
 	<-vniDone
-	<-portDone
 	p := plane.Load()
 	if p != nil {
 		p.StopGossip()
@@ -377,12 +388,12 @@ func stopServers(log *slog.Logger, g *gate, deps serveDeps, cause error, servers
 }
 
 // newNetlinkEncryption is the real xfrm and nftables side.
-func newNetlinkEncryption(cfg serveConfig) (encryption.XFRM, encryption.Firewall, func(), error) {
+func newNetlinkEncryption(_ serveConfig, port uint16) (encryption.XFRM, encryption.Firewall, func(), error) {
 	x, err := netlinkxfrm.New(netns.None())
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return x, firewall.New(nil, cfg.VXLANPort, encryption.Mark), func() { x.Close() }, nil
+	return x, firewall.New(nil, port, encryption.Mark), func() { x.Close() }, nil
 }
 
 // goDone runs f in the background; the channel is closed once it returns.

@@ -62,6 +62,15 @@ func TestSettingsOfANodeUpgradedFromPrevious(t *testing.T) {
 		return cfg
 	}
 	upgraded, fresh := parse(prev), parse(cur)
+	// The one default that changed on purpose: 0.1.0 set 4789, a fresh
+	// install sets no port and follows the cluster (controlplane,
+	// vxlanport.go). An upgraded node keeps 4789, which is also what the
+	// rule for a node that ran 0.1.0 gives it, and a fresh node joining
+	// its cluster takes the port the members use: the same port either way.
+	if upgraded.VXLANPort != 4789 || fresh.VXLANPort != 0 {
+		t.Errorf("VXLAN port: upgraded %d, fresh %d; want 4789 and 0 (follow the cluster)", upgraded.VXLANPort, fresh.VXLANPort)
+	}
+	upgraded.VXLANPort = 0
 	if !reflect.DeepEqual(upgraded, fresh) {
 		t.Errorf("an upgraded node's settings differ from a fresh install's:\nupgraded %+v\nfresh    %+v", upgraded, fresh)
 	}

@@ -32,7 +32,7 @@ func Level(l *slog.Level) flag.Value { return levelValue{l} }
 type portValue struct{ p *uint16 }
 
 func (v portValue) String() string {
-	if v.p == nil {
+	if v.p == nil || *v.p == 0 { // 0: not set, no default to show
 		return ""
 	}
 	return strconv.Itoa(int(*v.p))

@@ -29,6 +29,7 @@ type (
 	ServiceWatch struct{}
 	Gate         struct{}
 	Health       struct{}
+	KeyRelay     struct{}
 )
 
 func (Network) Rank() Rank      { return 1 }
@@ -49,12 +50,13 @@ func (Firewall) Rank() Rank     { return 15 }
 func (ServiceWatch) Rank() Rank { return 16 }
 func (Gate) Rank() Rank         { return 17 }
 func (Health) Rank() Rank       { return 18 }
+func (KeyRelay) Rank() Rank     { return 19 }
 
 // Classes lists every class in rank order (the documentation's table is
 // checked against it).
 var Classes = []Class{Network{}, Encryption{}, Publisher{}, Cluster{}, RateLog{}, Driver{}, LBSandboxes{},
 	Refusals{}, GroupCommit{}, SandboxCache{}, Pipeline{}, Echoes{}, EventQueue{}, XFRM{}, Firewall{},
-	ServiceWatch{}, Gate{}, Health{}}
+	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}}
 
 // Name is a class's name, as the documentation's table writes it.
 func Name(c Class) string {

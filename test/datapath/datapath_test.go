@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/check"
+	"github.com/overlay-plugin/overlay-plugin/cluster"
+	"github.com/overlay-plugin/overlay-plugin/dockerengine/enginetest"
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
@@ -240,7 +243,8 @@ func TestMTUClamp(t *testing.T) {
 	t.Logf("cleared after %v", took)
 }
 
-// TestOtherVXLANPort: h2 runs on UDP 4790, h1 on 4789. Each host refuses
+// TestOtherVXLANPort: h2 is set to UDP 4790, h1 to 4789 (a node given no
+// port would follow the other's). Each host refuses
 // the other (its endpoints are not programmed: traffic to them would go to
 // a port nobody listens on), and its check names the other's port as a
 // settings disagreement with the fix.
@@ -249,7 +253,7 @@ func TestOtherVXLANPort(t *testing.T) {
 		if h.Name == "h2" {
 			return []string{"--vxlan-port", "4790"}
 		}
-		return nil
+		return []string{"--vxlan-port", "4789"}
 	}})
 	took := b.waitAll("the other port named", 20*time.Second, func(r check.Report) error {
 		for _, f := range r.Findings {
@@ -275,5 +279,57 @@ func TestOtherVXLANPort(t *testing.T) {
 		if !strings.Contains(n.Plugin.Log(), `msg="member refused"`) {
 			t.Errorf("%s does not log the refusal", n.Name)
 		}
+	}
+}
+
+// TestVXLANPortFollowsDocker: neither host is given a VXLAN port. h1's
+// engine, a manager's, says the swarm's data-path port is 4790; h2's says
+// nothing, as a worker's does. h1 takes Docker's port, h2 takes it from h1
+// over the gossip, both store it, and the data path works on it. A restart
+// of h2 keeps it from its state database.
+func TestVXLANPortFollowsDocker(t *testing.T) {
+	e := enginetest.New()
+	e.SetSwarm(true, nil, nil)
+	e.SetDataPathPort(4790)
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	e.Serve(t, sock)
+	b := newBed(t, testbed.ClusterConfig{HostArgs: func(h *testbed.Host) []string {
+		if h.Name == "h1" {
+			return []string{"--docker-socket", sock}
+		}
+		return nil
+	}})
+	for _, n := range b.c.Nodes {
+		var st struct {
+			Members []cluster.Member `json:"members"`
+		}
+		if err := n.Plugin.AdminJSON("/v1/cluster", &st); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range st.Members {
+			if m.Settings.VXLANPort != 4790 || !m.Settings.Swarm {
+				t.Errorf("%s sees %s on VXLAN port %d (follows Docker: %v), want 4790 following Docker", n.Name, m.Name, m.Settings.VXLANPort, m.Settings.Swarm)
+			}
+		}
+	}
+	from := map[string]string{"h1": `from="Docker's data-path port"`, "h2": `from="member `}
+	for _, n := range b.c.Nodes {
+		if log := n.Plugin.Log(); !strings.Contains(log, `msg="VXLAN port settled" port=4790 `+from[n.Name]) {
+			t.Errorf("%s does not log its port as settled on 4790 %s", n.Name, from[n.Name])
+		}
+	}
+	h2 := b.c.Nodes[1]
+	if err := h2.Plugin.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.c.Restart(h2); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(h2.Plugin.Log(), `msg="VXLAN port settled" port=4790 from=state`) {
+		if time.Now().After(deadline) {
+			t.Fatal("h2's restart does not take its port from the state database")
+		}
+		time.Sleep(poll)
 	}
 }

@@ -14,6 +14,8 @@ var (
 	// dockerd's level and the plugin's (slog's format) of a plugin line.
 	reLevels    = regexp.MustCompile(` level=([a-z]+) msg="time=[^ ]+ level=([A-Z]+)[-+0-9]* `)
 	reStopError = regexp.MustCompile(`level=ERROR.*(use of closed network connection|operation was canceled|context canceled)`)
+	// The plugin's VXLAN port as it settled it, inside dockerd's quoting.
+	rePortSettled = regexp.MustCompile(`msg=\\"VXLAN port settled\\" port=([0-9]+) from=(\\"[^\\]*\\"|[^ ]+)`)
 )
 
 // TestCheckPluginLogs is check_plugin_logs, (g): the plugin's lines in
@@ -21,12 +23,24 @@ var (
 // dockerd logs at info; WARN and ERROR on stderr, at error), a plugin stop
 // logs no ERROR (closed transport, cancelled dial), and no worker's dockerd
 // was asked GET /nodes (it answers only on a manager, and logs every
-// refusal as an error). Run last, so the plugin has been at it a while.
+// refusal as an error), and every node's plugin settled the VXLAN port of
+// Docker's swarm data-path port, as the manager's engine says it (the
+// worker's says none: it follows the members), with no WARN that they
+// differ. Run last, so the plugin has been at it a while.
 func TestCheckPluginLogs(t *testing.T) {
 	c := Start(t)
 	logs := lines(os.Getenv(envNodeLogs))
 	if len(logs) != len(c.Nodes) {
 		t.Fatalf("%s names %d dockerd logs for %d nodes", envNodeLogs, len(logs), len(c.Nodes))
+	}
+	dataPath := ""
+	for _, n := range c.Nodes {
+		if p, err := n.Docker("info", "-f", "{{if .Swarm.ControlAvailable}}{{.Swarm.Cluster.DataPathPort}}{{end}}"); err == nil && p != "" {
+			dataPath = p
+		}
+	}
+	if dataPath == "" || dataPath == "0" {
+		dataPath = "4789" // Docker's default, which /info may show as 0
 	}
 	for i, n := range c.Nodes {
 		b, err := os.ReadFile(logs[i])
@@ -63,6 +77,23 @@ func TestCheckPluginLogs(t *testing.T) {
 		}
 		if len(stopErrors) > 0 {
 			t.Errorf("%s: %d plugin ERROR lines of a stop: %.200s", n, len(stopErrors), stopErrors[0])
+		}
+		var settled []string
+		for _, l := range all {
+			if m := rePortSettled.FindStringSubmatch(l); m != nil {
+				settled = append(settled, m[1]+" from "+m[2])
+				if m[1] != dataPath {
+					t.Errorf("%s: the plugin settled VXLAN port %s (from %s), Docker's data-path port is %s", n, m[1], m[2], dataPath)
+				}
+			}
+			if strings.Contains(l, "VXLAN port differs from Docker") {
+				t.Errorf("%s: %.300s", n, l)
+			}
+		}
+		if len(settled) == 0 {
+			t.Errorf("%s: the plugin never logged its VXLAN port as settled", n)
+		} else {
+			t.Logf("%s: VXLAN port settled at each start: %v (Docker's data-path port %s)", n, settled, dataPath)
 		}
 		if mgr, _ := n.Docker("info", "-f", "{{.Swarm.ControlAvailable}}"); mgr == "true" {
 			continue

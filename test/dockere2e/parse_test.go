@@ -36,3 +36,18 @@ func TestPluginVXLANs(t *testing.T) {
 		t.Errorf("pluginVXLANs = %q, want the VNI 256 device only (Docker's start at 4096)", got)
 	}
 }
+
+// dockerd logs a plugin's line with the plugin's own quotes escaped.
+func TestPortSettledInDockerdLog(t *testing.T) {
+	for _, c := range []struct{ line, port, from string }{
+		{`time="2026-12-05T11:34:02Z" level=info msg="time=2026-12-05T11:34:02.390Z level=INFO msg=\"VXLAN port settled\" port=4789 from=state follows_docker=true" plugin=` + strings.Repeat("a", 64),
+			"4789", "state"},
+		{`time="2026-12-05T11:34:02Z" level=info msg="time=2026-12-05T11:34:02.390Z level=INFO msg=\"VXLAN port settled\" port=5789 from=\"member node1-198.51.100.1\" follows_docker=true" plugin=` + strings.Repeat("a", 64),
+			"5789", `\"member node1-198.51.100.1\"`},
+	} {
+		m := rePortSettled.FindStringSubmatch(c.line)
+		if m == nil || m[1] != c.port || m[2] != c.from {
+			t.Errorf("%q: %q, want port %s from %s", c.line, m, c.port, c.from)
+		}
+	}
+}

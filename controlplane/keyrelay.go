@@ -1,0 +1,56 @@
+package controlplane
+
+import (
+	"net/netip"
+
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
+)
+
+// keyRelay holds the keys the members publish (cluster.Config.NodeData)
+// until the IPsec manager that takes them exists: a first run settles its
+// VXLAN port, which the manager needs, only after it joined. It keeps the
+// latest of each member's, which is what the manager would end with, and
+// hands them over in the order they came.
+type keyRelay struct {
+	// mu guards to and held. A leaf: nothing is called under it.
+	mu   lockrank.Mutex[lockrank.KeyRelay]
+	to   func(netip.Addr, []byte)
+	held map[netip.Addr][]byte
+}
+
+// deliver passes a member's keys on, or holds them until attach. The
+// cluster calls it from one goroutine.
+func (r *keyRelay) deliver(a netip.Addr, data []byte) {
+	r.mu.Lock()
+	to := r.to
+	if to == nil {
+		if r.held == nil {
+			r.held = map[netip.Addr][]byte{}
+		}
+		r.held[a] = data
+	}
+	r.mu.Unlock()
+	if to != nil {
+		to(a, data)
+	}
+}
+
+// attach hands what was held to to, and from then on everything that
+// comes: keys that arrive while the held ones are handed over are held
+// too, and handed over after them.
+func (r *keyRelay) attach(to func(netip.Addr, []byte)) {
+	for {
+		r.mu.Lock()
+		held := r.held
+		r.held = nil
+		if len(held) == 0 {
+			r.to = to
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		for a, data := range held {
+			to(a, data)
+		}
+	}
+}
