@@ -38,6 +38,7 @@ E2E_ROOT=$(cd "$E2E_LIB_DIR/../.." && pwd)
 : "${E2E_UNDERLAY:=198.51.100}"         # /24 of the underlay; node i is .1<i>
 : "${E2E_SWARM_POOL:=203.0.113.0/24}"   # swarm's address pool (overlay subnets)
 : "${E2E_SWARM_POOL_MASK:=27}"
+: "${E2E_DATA_PATH_PORT:=}"             # swarm init --data-path-port (empty: Docker's 4789)
 : "${E2E_LOCAL_POOL:=198.18.0.0/16}"    # docker0/docker_gwbridge, per node
 : "${E2E_DOCKER_CLI:=$(command -v /usr/bin/docker || command -v docker || echo docker)}"
 : "${E2E_DOCKERD:=$(command -v dockerd || echo /usr/sbin/dockerd)}"
@@ -361,9 +362,11 @@ _e2e_nodes_ready() {
 e2e_swarm() {
 	local i token addr
 	addr=$(e2e_node_addr 0)
-	log "swarm init on $(e2e_node_name 0) ($addr), address pool $E2E_SWARM_POOL/$E2E_SWARM_POOL_MASK"
+	local port=()
+	[[ -z $E2E_DATA_PATH_PORT ]] || port=(--data-path-port "$E2E_DATA_PATH_PORT")
+	log "swarm init on $(e2e_node_name 0) ($addr), address pool $E2E_SWARM_POOL/$E2E_SWARM_POOL_MASK, data-path port ${E2E_DATA_PATH_PORT:-4789}"
 	e2e_run e2e_dk 0 swarm init --advertise-addr "$addr" --listen-addr "$addr:2377" \
-		--default-addr-pool "$E2E_SWARM_POOL" --default-addr-pool-mask-length "$E2E_SWARM_POOL_MASK" \
+		--default-addr-pool "$E2E_SWARM_POOL" --default-addr-pool-mask-length "$E2E_SWARM_POOL_MASK" "${port[@]}" \
 		|| die "swarm init failed"
 	token=$(e2e_dk 0 swarm join-token -q worker)
 	for ((i = 1; i < E2E_NODES; i++)); do

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,8 @@ const probeDetect = 10 * time.Second
 // TestCheckPluginDataPath is check_plugin_datapath: containers of a plugin
 // network on every node; `overlay-plugin check`, run on a node's host as
 // the README says for a managed plugin, finds nothing wrong with the data
-// path. Then the switch drops UDP 4789 from node1 to node2: the check on
+// path. Then the switch drops the VXLAN port (the swarm's data-path port,
+// which the plugin follows: UDP 4789 by default) from node1 to node2: the check on
 // both exits 1 naming the other node's address and the port within 10 s,
 // and is clean again within 10 s of the rule going.
 func TestCheckPluginDataPath(t *testing.T) {
@@ -43,6 +45,11 @@ func TestCheckPluginDataPath(t *testing.T) {
 		addr[n] = a
 	}
 	other := map[*Node]*Node{n1: n2, n2: n1}
+	dp, err := c.DataPathPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(int(dp))
 	dataPath := func(r check.Report) []string {
 		var out []string
 		for _, f := range r.Findings {
@@ -89,7 +96,7 @@ func TestCheckPluginDataPath(t *testing.T) {
 	t.Cleanup(func() { nft("delete", "table", "bridge", "e2e_block") })
 	for _, args := range [][]string{
 		{"add", "chain", "bridge", "e2e_block", "filter", "{ type filter hook forward priority 0; }"},
-		{"add", "rule", "bridge", "e2e_block", "filter", "ip", "saddr", addr[n1], "ip", "daddr", addr[n2], "udp", "dport", "4789", "drop"},
+		{"add", "rule", "bridge", "e2e_block", "filter", "ip", "saddr", addr[n1], "ip", "daddr", addr[n2], "udp", "dport", port, "drop"},
 	} {
 		if err := nft(args...); err != nil {
 			t.Fatal(err)
@@ -99,17 +106,17 @@ func TestCheckPluginDataPath(t *testing.T) {
 	named := func(n *Node) error {
 		out, err := c.PluginCLI(n, "check")
 		if err == nil {
-			return fmt.Errorf("%s: overlay-plugin check exits 0 with UDP 4789 blocked:\n%s", n, out)
+			return fmt.Errorf("%s: overlay-plugin check exits 0 with UDP %s blocked:\n%s", n, port, out)
 		}
-		if !strings.Contains(out, "PROBLEM data path "+addr[other[n]]) || !strings.Contains(out, "UDP 4789") {
-			return fmt.Errorf("%s: overlay-plugin check does not name %s and UDP 4789:\n%s", n, addr[other[n]], out)
+		if !strings.Contains(out, "PROBLEM data path "+addr[other[n]]) || !strings.Contains(out, "UDP "+port) {
+			return fmt.Errorf("%s: overlay-plugin check does not name %s and UDP %s:\n%s", n, addr[other[n]], port, out)
 		}
 		return nil
 	}
 	if err := c.Retry(probeDetect, both(named)); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("UDP 4789 blocked %s -> %s: both nodes' overlay-plugin check named it after %v", n1, n2, time.Since(blocked).Round(time.Millisecond))
+	t.Logf("UDP %s blocked %s -> %s: both nodes' overlay-plugin check named it after %v", port, n1, n2, time.Since(blocked).Round(time.Millisecond))
 	out, _ := c.PluginCLI(n2, "check")
 	t.Logf("%s: overlay-plugin check:\n%s", n2, out)
 

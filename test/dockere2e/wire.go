@@ -4,13 +4,29 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 )
 
-// vxlanPort is the UDP port of VXLAN on the underlay, the plugin's and
-// Docker's.
-const vxlanPort = 4789
+// DataPathPort is the swarm's data-path port as the manager's engine says
+// it (4789 unless `swarm init --data-path-port`, E2E_DATA_PATH_PORT): the
+// UDP port of VXLAN on the underlay, Docker's and, following it, the
+// plugin's.
+func (c *Check) DataPathPort() (uint16, error) {
+	out, err := c.manager().Docker("info", "-f", "{{.Swarm.Cluster.DataPathPort}}")
+	if err != nil {
+		return 0, err
+	}
+	p, err := strconv.ParseUint(out, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("the manager's data-path port %q: %w", out, err)
+	}
+	if p == 0 {
+		p = 4789 // Docker's default, which /info may show as 0
+	}
+	return uint16(p), nil
+}
 
 // Wire watches the underlay where every node's traffic passes (the switch
 // of scripts/e2e/lib.sh): what an eavesdropper sees, not a node's stack.
@@ -28,8 +44,11 @@ func (c *Check) WatchWire() (*Wire, error) {
 		c.T.Logf("note: no %s/%s: the underlay capture is not checked here", envWireNetns, envWireIf)
 		return w, nil
 	}
-	var err error
-	w.cap, err = testbed.StartBridgeCapture(&testbed.Netns{Name: c.WireNetns}, c.WireIf, vxlanPort)
+	port, err := c.DataPathPort()
+	if err != nil {
+		return nil, err
+	}
+	w.cap, err = testbed.StartBridgeCapture(&testbed.Netns{Name: c.WireNetns}, c.WireIf, port)
 	if err != nil {
 		return nil, err
 	}
