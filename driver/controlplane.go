@@ -88,6 +88,10 @@ func (d *Driver) syncRemotePeers(n *network, snapshot []peerdb.Peer) {
 		if _, local := n.endpoints[p.EndpointID]; local || p.Local {
 			continue
 		}
+		if n.localWithMAC(p.MAC) != nil {
+			d.macConflicts.Add(1)
+			continue // as addPeer refuses it
+		}
 		if _, err := n.peers.Add(p); err != nil {
 			d.log.Warn("control plane supplied an invalid peer", "network", n.id, "err", err)
 			continue

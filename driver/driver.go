@@ -158,6 +158,9 @@ type Driver struct {
 	started   time.Time
 	deadGrace time.Duration
 	repairs   repairCounters
+	// macConflicts counts remote endpoints refused for a local MAC
+	// (peers.go). Atomic: bumped under network locks.
+	macConflicts atomic.Uint64
 	// repairPasses and lastRepair (unix ns) are RepairPasses'. Atomic.
 	repairPasses atomic.Uint64
 	lastRepair   atomic.Int64

@@ -97,6 +97,9 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 	if err := n.localClash(ep); err != nil {
 		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrConflict, ep.id, err)
 	}
+	if err := n.remoteMACClash(ep); err != nil {
+		return nil, fmt.Errorf("%w: endpoint %s: %v", ErrConflict, ep.id, err)
+	}
 	if err := d.store.putEndpoint(n.id, ep); err != nil {
 		return nil, err
 	}
@@ -113,15 +116,35 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 // ep's IPs or its MAC: the bridge would deliver to either. Caller holds
 // n.mu.
 func (n *network) localClash(ep *endpoint) error {
+	if o := n.localWithMAC(ep.mac); o != nil {
+		return fmt.Errorf("MAC %s is held by endpoint %s", ep.mac, o.id)
+	}
 	for _, o := range n.endpoints {
-		if o.mac == ep.mac {
-			return fmt.Errorf("MAC %s is held by endpoint %s", ep.mac, o.id)
-		}
 		for _, ip := range ep.ips() {
 			if slices.Contains(o.ips(), ip) {
 				return fmt.Errorf("address %s is held by endpoint %s", ip, o.id)
 			}
 		}
+	}
+	return nil
+}
+
+// remoteMACClash reports a remote endpoint of the network holding ep's MAC
+// and none of its addresses: the new endpoint could not reach it (this
+// host's bridge keeps the MAC), and that host would send its own
+// container's frames here. A remote endpoint with ep's MAC that shares an
+// address is the stale claim of an address swarm handed out again (a MAC
+// derives from the address): the local endpoint wins it, as it wins the
+// IP (see CreateEndpoint). Caller holds n.mu.
+func (n *network) remoteMACClash(ep *endpoint) error {
+	for _, p := range n.peers.Peers() {
+		if p.Local || p.MAC != ep.mac {
+			continue
+		}
+		if slices.ContainsFunc(p.IPs, func(ip netip.Addr) bool { return slices.Contains(ep.ips(), ip) }) {
+			continue
+		}
+		return fmt.Errorf("MAC %s is held by remote endpoint %s (on %s)", ep.mac, p.EndpointID, p.VTEP)
 	}
 	return nil
 }
@@ -147,7 +170,33 @@ func (d *Driver) DeleteEndpoint(req *api.DeleteEndpointRequest) error {
 		d.log.Warn("forget stored endpoint", "endpoint", ep.id, "err", err)
 	}
 	delete(n.endpoints, ep.id)
-	return nil
+	return d.retakeMAC(n, ep.mac)
+}
+
+// retakeMAC adds the remote endpoints holding mac that were refused while
+// a local endpoint held it (addPeer): a task that moved to another host
+// with its address, and so its MAC, is reached once the local endpoint is
+// gone rather than at the next resync. Caller holds n.mu.
+func (d *Driver) retakeMAC(n *network, mac hwaddr.MAC) error {
+	cp := d.controlPlane()
+	if cp == nil {
+		return nil
+	}
+	var changes []peerdb.Change
+	for _, p := range cp.Snapshot(n.id) {
+		if p.Local || p.MAC != mac {
+			continue
+		}
+		if _, known := n.peers.Get(p.EndpointID); known {
+			continue
+		}
+		c, err := n.addPeer(p)
+		if err != nil {
+			continue // refused for another reason, as when it came
+		}
+		changes = append(changes, c...)
+	}
+	return d.apply(n, changes)
 }
 
 // EndpointInfo reports what an operator would want to see in

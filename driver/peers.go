@@ -4,8 +4,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 )
+
+// errMACConflict is a remote endpoint refused for a local endpoint's MAC.
+var errMACConflict = fmt.Errorf("%w: MAC conflict", ErrConflict)
+
+// MACConflicts counts the remote endpoints refused since start because a
+// local endpoint of the network holds their MAC.
+func (d *Driver) MACConflicts() uint64 { return d.macConflicts.Load() }
 
 // AddPeer records a remote endpoint of a network and programs it if the
 // network has a sandbox here; otherwise it is replayed when the sandbox is
@@ -31,6 +39,9 @@ func (d *Driver) AddPeers(networkID string, peers []peerdb.Peer) error {
 	for _, p := range peers {
 		c, err := n.addPeer(p)
 		if err != nil {
+			if errors.Is(err, errMACConflict) {
+				d.macConflicts.Add(1)
+			}
 			errs = append(errs, err)
 			continue
 		}
@@ -55,6 +66,12 @@ func (n *network) addPeer(p peerdb.Peer) ([]peerdb.Change, error) {
 	if _, local := n.endpoints[p.EndpointID]; local {
 		return nil, fmt.Errorf("%w: endpoint %s is local to this host", ErrConflict, p.EndpointID)
 	}
+	// Never programmed over a local endpoint's MAC: this host's bridge
+	// would send the local container's frames away (retakeMAC adds it
+	// once the local endpoint is gone).
+	if o := n.localWithMAC(p.MAC); o != nil {
+		return nil, fmt.Errorf("%w: peer %s: MAC %s is held by local endpoint %s", errMACConflict, p.EndpointID, p.MAC, o.id)
+	}
 	// The same addresses as CreateEndpoint's. An IP a local endpoint holds
 	// is not refused: the peer db lets the local one win it (see
 	// CreateEndpoint).
@@ -66,6 +83,17 @@ func (n *network) addPeer(p peerdb.Peer) ([]peerdb.Change, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return changes, nil
+}
+
+// localWithMAC is the local endpoint holding mac, nil if none. Caller
+// holds n.mu.
+func (n *network) localWithMAC(mac hwaddr.MAC) *endpoint {
+	for _, o := range n.endpoints {
+		if o.mac == mac {
+			return o
+		}
+	}
+	return nil
 }
 
 // DeletePeer removes a remote endpoint. Removing one that is not there is

@@ -27,9 +27,12 @@ const ns = "overlay_plugin"
 type Sources struct {
 	Networks func() []driver.NetworkStats
 	// Repairs are the reconcilers' repairs by kind (driver.Repairs).
-	Repairs    func() map[string]uint64
-	Cluster    func() (cluster.Stats, bool)
-	Encryption func() (encryption.Status, bool)
+	Repairs func() map[string]uint64
+	// MACConflicts are the remote endpoints refused for a local
+	// endpoint's MAC (driver.MACConflicts).
+	MACConflicts func() uint64
+	Cluster      func() (cluster.Stats, bool)
+	Encryption   func() (encryption.Status, bool)
 	// Paths are the data-path probes' view of each peer (health).
 	Paths func() []health.PathStatus
 	// Version and Commit label the build_info gauge, so that a roll
@@ -91,6 +94,7 @@ var (
 	svcBackends  = desc("service_backends", "Backends a service's VIP balances over here: its tasks whose endpoints the control plane knows.", "network", "service", "vip")
 	netRefused   = desc("network_refusals_total", "Docker's calls about a network that this host refused to serve (an encrypted network without a secret or ESP; `overlay-plugin state` says why).", "network")
 	repairs      = desc("reconcile_repairs_total", "Repairs the reconcilers made to the sandboxes, by kind: neighbor_added, neighbor_replaced, neighbor_removed, fdb_added, fdb_replaced, fdb_removed (entries that were missing, wrong, or wanted by no endpoint), device_rebuilt (a missing or wrong bridge or VXLAN device made anew), device_fixed (a device set up or put back on the bridge).", "kind")
+	peersRefused = desc("peers_refused_total", "Remote endpoints the gossip delivered that this host refused, by reason: mac_conflict (a local endpoint of the network holds its MAC; it is added once the local endpoint goes).", "reason")
 	svcConns     = desc("service_connections_total", "Connections this host's containers opened to a service's VIP, by the backend chosen (nft counters).", "network", "service", "vip", "backend")
 
 	clGauges = map[string]*prometheus.Desc{
@@ -155,6 +159,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for kind, v := range c.src.Repairs() {
 			counter(ch, repairs, v, kind)
 		}
+	}
+	if c.src.MACConflicts != nil {
+		counter(ch, peersRefused, c.src.MACConflicts(), "mac_conflict")
 	}
 	if c.src.Cluster != nil {
 		if s, ok := c.src.Cluster(); ok {

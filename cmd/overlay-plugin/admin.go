@@ -84,6 +84,12 @@ func metricsSources(g *gate, plane *atomic.Pointer[controlplane.Plane]) metrics.
 			}
 			return nil
 		},
+		MACConflicts: func() uint64 {
+			if d, ok := g.Driver(); ok {
+				return d.MACConflicts()
+			}
+			return 0
+		},
 		Cluster:    func() (cluster.Stats, bool) { return plane.Load().ClusterStats() },
 		Encryption: func() (encryption.Status, bool) { return plane.Load().EncryptionStatus() },
 		Paths:      func() []health.PathStatus { return plane.Load().Paths() },
