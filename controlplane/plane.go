@@ -152,13 +152,23 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	if under != 0 {
 		settings = settingsOf(cfg.Port, under)
 	}
-	// The IPsec manager needs the port, which a first run learns from the
-	// members: the keys they publish wait for it in keys.
+	// The IPsec manager needs the port. Known, it is built before the
+	// join, as a restart needs: it takes over the previous run's IPsec
+	// state before the members' records reach the driver. A first run
+	// learns the port from the members, so it builds the manager after
+	// the join, and the keys they publish meanwhile wait in keys.
 	var keys keyRelay
 	var gossipKey []byte
 	var nodeData func(netip.Addr, []byte)
+	pub := encryption.NewPublisher(encryption.KeyStore{DB: cfg.DB}, addr, log)
 	if secret != nil {
 		gossipKey, nodeData = encryption.Subkey(secret, encryption.UseGossip), keys.deliver
+		if cfg.Port.Port != 0 {
+			if err := p.newEncryption(cfg, secret, addr, pub, &keys); err != nil {
+				cancel()
+				return nil, err
+			}
+		}
 	}
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
@@ -167,6 +177,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	})
 	if err != nil {
 		cancel()
+		p.StopEncryption()
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
 	p.cluster, p.secret = c, secret != nil
@@ -184,13 +195,17 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 			c.SettleSettings(settingsOf(pc, under))
 		}
 	}
-	pub := encryption.NewPublisher(encryption.KeyStore{DB: cfg.DB}, addr, log)
 	pub.Attach(c)
-	if secret != nil {
-		if err := p.startEncryption(runCtx, cfg, secret, addr, pub, &keys); err != nil {
+	if secret != nil && p.enc == nil {
+		if err := p.newEncryption(cfg, secret, addr, pub, &keys); err != nil {
 			p.StopGossip()
 			return nil, err
 		}
+	}
+	if p.enc != nil {
+		drv.SetEncryption(p.enc)
+		p.runs.Go(func() { p.enc.Run(runCtx, time.Second) })
+		p.runs.Go(func() { pub.Run(runCtx) })
 	}
 	drv.SetControlPlane(c) // republishes what the driver holds
 	c.OwnSettled()
@@ -212,29 +227,25 @@ func (p *Plane) settlePort(cfg Config, pc PortChoice, addr netip.Addr) {
 	p.log.Info("VXLAN port settled", "port", pc.Port, "from", pc.Source, "follows_docker", pc.Swarm)
 }
 
-// startEncryption starts the IPsec manager for VXLAN on p.port, hands it
-// the keys the members published meanwhile, and connects it to the
-// driver.
-func (p *Plane) startEncryption(ctx context.Context, cfg Config, secret []byte, addr netip.Addr, pub *encryption.Publisher, keys *keyRelay) error {
+// newEncryption builds the IPsec manager for VXLAN on p.port, taking over
+// the previous run's IPsec state, and hands it the keys the members
+// published meanwhile (and from then on those they publish).
+func (p *Plane) newEncryption(cfg Config, secret []byte, addr netip.Addr, pub *encryption.Publisher, keys *keyRelay) error {
 	resume := encryption.KeyStore{DB: cfg.DB}.Resume(addr, p.log)
 	x, fw, release, err := cfg.NewEncryption(p.port)
 	if err != nil {
 		return fmt.Errorf("encryption: %w", err)
 	}
-	p.release = release
 	p.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: encryption.Subkey(secret, encryption.UseESP),
 		Local: addr, Port: p.port, Schedule: encryption.ScheduleEvery(cfg.KeyRotation), Publish: pub.Publish, Logger: p.log,
 		Resume: resume})
 	if err != nil {
 		p.enc = nil
 		release()
-		p.release = func() {}
 		return err
 	}
+	p.release = release
 	keys.attach(p.enc.ReceiveKeys)
-	p.drv.SetEncryption(p.enc)
-	p.runs.Go(func() { p.enc.Run(ctx, time.Second) })
-	p.runs.Go(func() { pub.Run(ctx) })
 	return nil
 }
 
