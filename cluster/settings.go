@@ -23,7 +23,7 @@ type Settings struct {
 	UnderlayMTU int    `json:"underlayMTU"`
 	// Swarm: VXLANPort is the swarm's data-path port, as Docker told this
 	// node (a manager's engine says it) or a member that had it; a node
-	// given no port of its own takes it from such a member (SwarmPort).
+	// given no port of its own takes it from such a member first (ClusterPort).
 	Swarm bool `json:"swarm,omitempty"`
 }
 

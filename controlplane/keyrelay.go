@@ -9,8 +9,8 @@ import (
 // keyRelay holds the keys the members publish (cluster.Config.NodeData)
 // until the IPsec manager that takes them exists: a first run settles its
 // VXLAN port, which the manager needs, only after it joined. It keeps the
-// latest of each member's, which is what the manager would end with, and
-// hands them over in the order they came.
+// latest of each member's, which is what the manager would end with;
+// each member's keys reach it in the order they came.
 type keyRelay struct {
 	// mu guards to and held. A leaf: nothing is called under it.
 	mu   lockrank.Mutex[lockrank.KeyRelay]

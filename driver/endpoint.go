@@ -170,33 +170,32 @@ func (d *Driver) DeleteEndpoint(req *api.DeleteEndpointRequest) error {
 		d.log.Warn("forget stored endpoint", "endpoint", ep.id, "err", err)
 	}
 	delete(n.endpoints, ep.id)
-	return d.retakeMAC(n, ep.mac)
+	d.retakeMAC(n, ep.mac)
+	return nil
 }
 
 // retakeMAC adds the remote endpoints holding mac that were refused while
 // a local endpoint held it (addPeer): a task that moved to another host
 // with its address, and so its MAC, is reached once the local endpoint is
-// gone rather than at the next resync. Caller holds n.mu.
-func (d *Driver) retakeMAC(n *network, mac hwaddr.MAC) error {
+// gone rather than at the next resync. What fails is the reconciler's to
+// repair; the endpoint is deleted either way. Caller holds n.mu.
+func (d *Driver) retakeMAC(n *network, mac hwaddr.MAC) {
 	cp := d.controlPlane()
 	if cp == nil {
-		return nil
+		return
 	}
-	var changes []peerdb.Change
+	var refused []peerdb.Peer
 	for _, p := range cp.Snapshot(n.id) {
-		if p.Local || p.MAC != mac {
-			continue
+		if _, known := n.peers.Get(p.EndpointID); !known && !p.Local && p.MAC == mac {
+			refused = append(refused, p)
 		}
-		if _, known := n.peers.Get(p.EndpointID); known {
-			continue
-		}
-		c, err := n.addPeer(p)
-		if err != nil {
-			continue // refused for another reason, as when it came
-		}
-		changes = append(changes, c...)
 	}
-	return d.apply(n, changes)
+	if len(refused) == 0 {
+		return
+	}
+	if err := d.addPeers(n, refused); err != nil {
+		d.log.Warn("remote endpoints of a freed MAC not added", "network", n.id, "mac", mac, "err", err)
+	}
 }
 
 // EndpointInfo reports what an operator would want to see in

@@ -196,7 +196,7 @@ func (d *Driver) CreateNetwork(req *api.CreateNetworkRequest) error {
 	if err := d.persistNewNetwork(n); err != nil {
 		return err
 	}
-	d.refused.forget(n.id)
+	d.refused.take(n.id)
 	d.startLoop(n)
 	if cp := d.controlPlane(); cp != nil {
 		cp.NetworkAdded(n.id)
@@ -228,7 +228,7 @@ func (d *Driver) DeleteNetwork(req *api.DeleteNetworkRequest) error {
 	// Still the instance we locked: lockNetwork guarantees it, and only a
 	// holder of n.mu removes n.
 	d.removeNetwork(n)
-	d.refused.forget(n.id)
+	d.refused.take(n.id)
 	if cp := d.controlPlane(); cp != nil {
 		cp.NetworkRemoved(n.id)
 	}

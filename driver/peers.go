@@ -33,6 +33,12 @@ func (d *Driver) AddPeers(networkID string, peers []peerdb.Peer) error {
 		return err
 	}
 	defer n.mu.Unlock()
+	return d.addPeers(n, peers)
+}
+
+// addPeers checks and records peers in n and programs them in one batch.
+// Caller holds n.mu.
+func (d *Driver) addPeers(n *network, peers []peerdb.Peer) error {
 	var errs []error
 	var changes []peerdb.Change
 	added := peers[:0:0]

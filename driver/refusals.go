@@ -58,14 +58,8 @@ func (r *refusals) record(id string, err error, now time.Time) {
 	r.m[id] = Refusal{Reason: err.Error(), Count: old.Count + 1, Last: now}
 }
 
-// forget drops the refusal of a network this host now serves.
-func (r *refusals) forget(id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.m, id)
-}
-
-// take forgets the refusal of network id, saying whether there was one.
+// take forgets the refusal of network id (one this host serves now, or
+// deleted), saying whether there was one.
 func (r *refusals) take(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
