@@ -30,6 +30,7 @@ type (
 	Gate         struct{}
 	Health       struct{}
 	KeyRelay     struct{}
+	SourceFilter struct{}
 )
 
 func (Network) Rank() Rank      { return 1 }
@@ -51,12 +52,13 @@ func (ServiceWatch) Rank() Rank { return 16 }
 func (Gate) Rank() Rank         { return 17 }
 func (Health) Rank() Rank       { return 18 }
 func (KeyRelay) Rank() Rank     { return 19 }
+func (SourceFilter) Rank() Rank { return 20 }
 
 // Classes lists every class in rank order (the documentation's table is
 // checked against it).
 var Classes = []Class{Network{}, Encryption{}, Publisher{}, Cluster{}, RateLog{}, Driver{}, LBSandboxes{},
 	Refusals{}, GroupCommit{}, SandboxCache{}, Pipeline{}, Echoes{}, EventQueue{}, XFRM{}, Firewall{},
-	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}}
+	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}, SourceFilter{}}
 
 // Name is a class's name, as the documentation's table writes it.
 func Name(c Class) string {
