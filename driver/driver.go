@@ -87,6 +87,9 @@ type Config struct {
 	// LoadBalancer programs service VIPs into containers (services.go);
 	// nil: none.
 	LoadBalancer LoadBalancer
+	// Sources admits VXLAN of this host's networks only from the VTEPs it
+	// may come from (vxlanfilter.Filter); nil: no filter.
+	Sources Sources
 	// SandboxDir is where Docker's namespace directory (the directory of
 	// the SandboxKeys Docker passes) is mounted here; empty: SandboxKeys
 	// are used as they are.
@@ -124,6 +127,34 @@ type Encryption interface {
 	Inherited(vni uint32) bool
 }
 
+// Sources is the VXLAN source filter. The driver calls it with a network
+// lock held: its mutex sits below network.mu. A VNI is added before its
+// VXLAN device exists, and a remote VTEP before the first FDB entry
+// towards it is written (work.take), and each goes after its last user.
+type Sources interface {
+	SetPort(port uint16) error
+	AddVNI(vni uint32) error
+	RemoveVNI(vni uint32) error
+	AddRemote(vtep netip.Addr) error
+	RemoveRemote(vtep netip.Addr) error
+	// ReleaseInherited ends the admission of what the previous run's
+	// filter admitted, once stale entries are removable (Run).
+	ReleaseInherited() error
+	// Repair rebuilds the filter if it was changed from outside.
+	Repair() error
+}
+
+// noSources is the filter when there is none.
+type noSources struct{}
+
+func (noSources) SetPort(uint16) error          { return nil }
+func (noSources) AddVNI(uint32) error           { return nil }
+func (noSources) RemoveVNI(uint32) error        { return nil }
+func (noSources) AddRemote(netip.Addr) error    { return nil }
+func (noSources) RemoveRemote(netip.Addr) error { return nil }
+func (noSources) ReleaseInherited() error       { return nil }
+func (noSources) Repair() error                 { return nil }
+
 // Driver implements go-plugins-helpers' network.Driver.
 type Driver struct {
 	kernel   kernel.Kernel
@@ -145,6 +176,9 @@ type Driver struct {
 	lbNS       lbSandboxes
 	sandboxDir string
 	svcWatch   atomic.Pointer[func(string)]
+	// sources is the VXLAN source filter (noSources without one); set
+	// once by New.
+	sources Sources
 	// refused are the networks this host could not serve, for the
 	// operator (refusals.go).
 	refused refusals
@@ -213,6 +247,7 @@ func New(cfg Config) (*Driver, error) {
 		store:      newStore(cfg.DB),
 		kernel:     cfg.Kernel,
 		lb:         cfg.LoadBalancer,
+		sources:    cfg.Sources,
 		sandboxDir: cfg.SandboxDir,
 		underlay:   cfg.Underlay,
 		vnis:       cfg.VNIs,
@@ -230,6 +265,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if d.resyncPeriod <= 0 {
 		d.resyncPeriod = DefaultResyncPeriod
+	}
+	if d.sources == nil {
+		d.sources = noSources{}
 	}
 	if cfg.AdvertiseAddr.IsValid() && cfg.VXLANPort != 0 {
 		d.SetDataPath(cfg.AdvertiseAddr, cfg.VXLANPort)
@@ -252,6 +290,11 @@ func New(cfg Config) (*Driver, error) {
 	// the plugin was down. What fails is retried by Run.
 	for _, id := range d.networkIDs() {
 		if n := d.lockNetwork(id); n != nil {
+			if n.sandbox != "" {
+				if err := d.sources.AddVNI(n.vni); err != nil {
+					d.log.Warn("VXLAN source filter", "why", "the periodic repair retries", "network", n.id, "vni", n.vni, "err", err)
+				}
+			}
 			if _, err := d.reconcile(n, false); err != nil {
 				d.log.Warn("reconcile at start", "network", n.id, "err", err)
 			}
@@ -334,18 +377,24 @@ func (d *Driver) localVTEP() (netip.Addr, error) {
 // advertise the same.
 func (d *Driver) SetDataPath(a netip.Addr, port uint16) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.vtep.IsValid() {
+		d.mu.Unlock()
 		return
 	}
 	if d.port == 0 {
 		d.port = port
 	}
+	port = d.port
 	d.vtep = a.Unmap()
 	close(d.vtepSet)
 	// Sandboxes' devices can be repaired from now on.
 	for _, n := range d.networks {
 		n.kickLoop()
+	}
+	d.mu.Unlock()
+	// Not under d.mu, the bottom lock: the filter programs the kernel.
+	if err := d.sources.SetPort(port); err != nil {
+		d.log.Warn("VXLAN source filter", "why", "the periodic repair retries", "port", port, "err", err)
 	}
 }
 

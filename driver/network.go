@@ -275,9 +275,15 @@ func (d *Driver) ensureSandbox(n *network) error {
 	if mtu < 1280 && slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Addr().Is6() }) {
 		return fmt.Errorf("underlay MTU %d leaves %d for the overlay, below IPv6's minimum of 1280", underMTU, mtu)
 	}
+	// Filter the VNI before its VXLAN device exists; a filter the kernel
+	// refused is retried by the periodic repair, as the device works on.
+	if err := d.sources.AddVNI(n.vni); err != nil {
+		d.log.Warn("VXLAN source filter", "why", "the periodic repair retries", "network", n.id, "vni", n.vni, "err", err)
+	}
 	if enc != nil {
 		// Guard the VNI before its VXLAN device exists.
 		if err := enc.EnableVNI(n.vni); err != nil {
+			d.dropSourceVNI(n)
 			return fmt.Errorf("network %s: %w", n.id, err)
 		}
 		n.guarded = true
@@ -290,6 +296,7 @@ func (d *Driver) ensureSandbox(n *network) error {
 			}
 			n.guarded = false
 		}
+		d.dropSourceVNI(n)
 		return fmt.Errorf("create sandbox for network %s: %w", n.id, err)
 	}
 	n.sandbox, n.mtu, n.adopted = n.id, mtu, false
@@ -346,6 +353,12 @@ func (d *Driver) teardownSandbox(n *network) error {
 			d.log.Warn("remove firewall rules", "network", n.id, "err", err)
 		}
 	}
+	for _, vtep := range released {
+		if err := d.sources.RemoveRemote(vtep); err != nil {
+			d.log.Warn("VXLAN source filter", "network", n.id, "remote", vtep, "err", err)
+		}
+	}
+	d.dropSourceVNI(n)
 	n.sandbox, n.joined, n.mtu, n.guarded, n.adopted, n.reconcileErr, n.strays = "", 0, 0, false, false, nil, nil
 	n.kickLoop() // to stop watching it
 	if err := d.store.putNetwork(n); err != nil {
@@ -373,25 +386,37 @@ func (d *Driver) apply(n *network, changes []peerdb.Change) error {
 }
 
 // execute runs a planner's work in its one order, for both the fast path
-// (apply) and the reconciler: the IPsec references of the remote VTEPs
-// that appear are taken (encrypted networks), the entries are written,
-// then the references of the VTEPs that went are dropped. A failure of
+// (apply) and the reconciler: the source filter's references of the
+// remote VTEPs that appear are taken, and their IPsec references
+// (encrypted networks), the entries are written, then the references of
+// the VTEPs that went are dropped. So a remote host is admitted before
+// this one sends to it, and sends back. A failure of
 // one step does not stop the next: the planner's books already say the
 // work is done, and the reconciler repairs the kernel. Caller holds n.mu.
 func (d *Driver) execute(n *network, w work) error {
 	var errs []error
-	if n.opts.encrypted {
-		for _, vtep := range w.take {
+	for _, vtep := range w.take {
+		errs = append(errs, d.sources.AddRemote(vtep))
+		if n.opts.encrypted {
 			errs = append(errs, d.encryption().AddRemote(vtep))
 		}
 	}
 	errs = append(errs, d.program(n, w.ops))
-	if n.opts.encrypted {
-		for _, vtep := range w.release {
+	for _, vtep := range w.release {
+		if n.opts.encrypted {
 			errs = append(errs, d.encryption().RemoveRemote(vtep))
 		}
+		errs = append(errs, d.sources.RemoveRemote(vtep))
 	}
 	return errors.Join(errs...)
+}
+
+// dropSourceVNI stops filtering n's VNI, its sandbox gone or never made.
+// Caller holds n.mu.
+func (d *Driver) dropSourceVNI(n *network) {
+	if err := d.sources.RemoveVNI(n.vni); err != nil {
+		d.log.Warn("VXLAN source filter", "network", n.id, "vni", n.vni, "err", err)
+	}
 }
 
 // program sends ops to n's sandbox in one batch, in order. Deleting what

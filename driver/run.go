@@ -50,6 +50,7 @@ func (d *Driver) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(d.resyncPeriod)
 	defer t.Stop()
+	released := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,8 +63,27 @@ func (d *Driver) Run(ctx context.Context) {
 			// Whatever the control plane delivers has arrived by now.
 			d.settle()
 			d.kickAll()
+			released = d.tendSources(released)
 		}
 	}
+}
+
+// tendSources repairs the source filter, and once the adopted sandboxes'
+// stale entries are removable (the same rule as removable's) ends the
+// admission of what the previous run's filter admitted: until then a host
+// this run has not heard from may still be sending. It returns whether
+// that is done.
+func (d *Driver) tendSources(released bool) bool {
+	if !released && d.peersSettled() && time.Since(d.started) >= d.deadGrace {
+		released = true // in the books at least; Repair retries the kernel
+		if err := d.sources.ReleaseInherited(); err != nil {
+			d.log.Warn("VXLAN source filter: release the previous run's sources", "err", err)
+		}
+	}
+	if err := d.sources.Repair(); err != nil {
+		d.log.Warn("VXLAN source filter repair", "err", err)
+	}
+	return released
 }
 
 // startLoop starts n's loop if Run runs and n has none. Callers may hold
