@@ -73,6 +73,10 @@ type Config struct {
 	// by their VTEP, and nil when a node is gone past the grace period.
 	// Called from the delivery goroutine with no cluster lock held.
 	NodeData func(vtep netip.Addr, data []byte)
+	// MemberVTEPs receives the live members' VTEPs (this node's excepted)
+	// whenever they change: a member's before any of its records reaches
+	// the Sink, from the delivery goroutine with no cluster lock held.
+	MemberVTEPs func(vteps []netip.Addr)
 	// Settings are this node's, told to every member (settings.go); zero:
 	// none. Without a VXLANPort they are told only once SettleSettings
 	// gives one, and nobody is refused meanwhile.
@@ -136,8 +140,10 @@ type Cluster struct {
 	settings Settings
 	epoch    uint64
 	nodeData func(netip.Addr, []byte)
-	ml       *memberlist.Memberlist // set in New before any goroutine of ours starts
-	queue    *memberlist.TransmitLimitedQueue
+	// memberVTEPs is Config.MemberVTEPs; set once in New.
+	memberVTEPs func([]netip.Addr)
+	ml          *memberlist.Memberlist // set in New before any goroutine of ours starts
+	queue       *memberlist.TransmitLimitedQueue
 
 	// mu guards st (records, members, pending records, the dirty set and
 	// this node's version clock), cands, comebacks, the outboxes and
@@ -306,6 +312,7 @@ func New(cfg Config) (*Cluster, error) {
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)
 	c.adv, c.epoch, c.nodeData, c.settings = adv, epoch, cfg.NodeData, cfg.Settings
+	c.memberVTEPs = cfg.MemberVTEPs
 	c.sweepInt = min(max(min(cfg.DeadGrace, cfg.TombstoneTTL)/20, 5*time.Millisecond), time.Second)
 
 	mc := memberlist.DefaultLANConfig()
@@ -692,11 +699,15 @@ func (c *Cluster) deliverLoop() {
 		}
 		for {
 			c.mu.Lock()
+			vteps, vtepsChanged := c.st.takeVTEPs()
 			batch := c.st.takeDirty()
 			data := c.st.takeDataDirty()
 			c.mu.Unlock()
-			if len(batch) == 0 && len(data) == 0 {
+			if len(batch) == 0 && len(data) == 0 && !vtepsChanged {
 				break
+			}
+			if vtepsChanged && c.memberVTEPs != nil {
+				c.memberVTEPs(vteps)
 			}
 			if c.nodeData != nil {
 				for _, nd := range data {

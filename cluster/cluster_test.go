@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -687,6 +688,57 @@ func TestNodeData(t *testing.T) {
 	}
 	nodes[2].crash()
 	wait.For(t, 10*time.Second, tick, "node data gone after grace", want(""))
+}
+
+// TestMemberVTEPs: the live members' VTEPs reach MemberVTEPs, each before
+// any record of that member reaches the Sink (the VXLAN source filter
+// admits a member before its endpoints are programmed), and a member that
+// dies leaves the list while its records stay for the grace.
+func TestMemberVTEPs(t *testing.T) {
+	h := newHarness(t)
+	h.grace = time.Minute
+	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
+	for i, n := range nodes {
+		n.c.Publish(netA, testPeer(fmt.Sprintf("e%d", i+1), i+1))
+	}
+	others := func(n *tnode, alive []*tnode) []netip.Addr {
+		var out []netip.Addr
+		for _, o := range alive {
+			if o != n {
+				out = append(out, o.ip)
+			}
+		}
+		return out
+	}
+	lists := func(alive []*tnode) func() error {
+		return func() error {
+			for _, n := range alive {
+				if got, _ := n.sink.liveVTEPs(); !slices.Equal(got, others(n, alive)) {
+					return fmt.Errorf("%s has member VTEPs %v, want %v", n.name, got, others(n, alive))
+				}
+			}
+			return nil
+		}
+	}
+	wait.For(t, 10*time.Second, tick, "member VTEPs delivered", lists(nodes))
+	wait.For(t, 10*time.Second, tick, "records delivered", func() error {
+		for _, n := range nodes {
+			if got := len(n.sink.get(netA)); got != 2 {
+				return fmt.Errorf("%s has %d remote endpoints, want 2", n.name, got)
+			}
+		}
+		return nil
+	})
+	for _, n := range nodes {
+		if _, early := n.sink.liveVTEPs(); len(early) != 0 {
+			t.Fatalf("%s got records before their member's VTEP: %v", n.name, early)
+		}
+	}
+	nodes[2].crash()
+	wait.For(t, 10*time.Second, tick, "a dead member's VTEP gone", lists(nodes[:2]))
+	if got := len(nodes[0].sink.get(netA)); got != 2 {
+		t.Fatalf("the dead member's records went before the grace: %d remote endpoints", got)
+	}
 }
 
 // dropOwnUpdate is a memberlist AliveDelegate that drops, once, the alive

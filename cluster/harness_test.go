@@ -37,6 +37,22 @@ type recSink struct {
 	delAt    map[string]time.Time  // endpoint → last DeletePeer
 	data     map[netip.Addr][]byte // VTEP → node data
 	lock     *sync.Mutex
+	// members are the live members' VTEPs as MemberVTEPs last gave them;
+	// unannounced lists the peers AddPeer got before their VTEP was.
+	members     []netip.Addr
+	unannounced []string
+}
+
+func (s *recSink) memberVTEPs(vteps []netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.members = vteps
+}
+
+func (s *recSink) liveVTEPs() ([]netip.Addr, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.members), slices.Clone(s.unannounced)
 }
 
 func (s *recSink) nodeData(vtep netip.Addr, data []byte) {
@@ -78,6 +94,9 @@ func (s *recSink) AddPeer(nid string, p peerdb.Peer) error {
 	}
 	s.peers[nid][p.EndpointID] = p.Clone()
 	s.adds[p.EndpointID]++
+	if !slices.Contains(s.members, p.VTEP) {
+		s.unannounced = append(s.unannounced, p.EndpointID+"@"+p.VTEP.String())
+	}
 	return nil
 }
 
@@ -244,6 +263,7 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		MemberlistConfig: h.tweak,
 		Sink:             sink,
 		NodeData:         sink.nodeData,
+		MemberVTEPs:      sink.memberVTEPs,
 		Settings:         h.settings,
 		Logger:           h.logger(),
 	})

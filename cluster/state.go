@@ -128,6 +128,8 @@ type state struct {
 	dirty   map[key]struct{}
 	// dataDirty holds the VTEPs whose node data changed since delivery.
 	dataDirty map[netip.Addr]struct{}
+	// vtepsDirty says the live members' VTEPs changed since delivery.
+	vtepsDirty bool
 	// out collects membership records to broadcast, in the order their
 	// versions were stamped or accepted. The caller drains it into the
 	// broadcast queue under the same lock, so the queue's replace-by-name
@@ -678,6 +680,7 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 	wasAlive := m.alive
 	if !m.alive {
 		m.since, m.delivered = now, false
+		s.vtepsDirty = true
 	}
 	m.alive, m.purged, m.addr = true, false, addr
 	if !wasAlive && name != s.self {
@@ -702,6 +705,7 @@ func (s *state) memberUp(name string, addr netip.AddrPort, meta []byte, now time
 		}
 		if m.vtep != vtep {
 			m.vtep = vtep
+			s.vtepsDirty = true
 			s.revalidate(name, vtep)
 		}
 		if m.epoch != epoch {
@@ -738,6 +742,7 @@ func (s *state) memberDown(name string, now time.Time) {
 	if m.alive || m.since.IsZero() {
 		m.since = now
 	}
+	s.vtepsDirty = s.vtepsDirty || m.alive
 	m.alive = false
 }
 
@@ -905,7 +910,24 @@ func (s *state) setData(m *member, data []byte) {
 
 // hasDirty reports whether the delivery goroutine has work: endpoint
 // changes or node data changes.
-func (s *state) hasDirty() bool { return len(s.dirty) > 0 || len(s.dataDirty) > 0 }
+func (s *state) hasDirty() bool { return len(s.dirty) > 0 || len(s.dataDirty) > 0 || s.vtepsDirty }
+
+// takeVTEPs returns the live members' VTEPs, sorted, if they changed since
+// the last call; this node's own is not among them.
+func (s *state) takeVTEPs() ([]netip.Addr, bool) {
+	if !s.vtepsDirty {
+		return nil, false
+	}
+	s.vtepsDirty = false
+	out := []netip.Addr{}
+	for _, m := range s.members {
+		if m.alive && m.name != s.self && m.vtep.IsValid() {
+			out = append(out, m.vtep)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out), true
+}
 
 // nodeData is a member's node data on its way to the NodeData callback.
 type nodeData struct {

@@ -101,6 +101,9 @@ func (c *Cluster) versionForLocked(name string) byte {
 // node count. Caller holds c.mu.
 func (c *Cluster) membersChangedLocked() {
 	c.numAlive.Store(int64(c.st.aliveCount()))
+	if c.st.vtepsDirty {
+		c.wake(c.deliverCh)
+	}
 }
 
 // broadcast is one queued gossip message: one record, at the version
