@@ -6,9 +6,11 @@
 //		set vteps4 { type ipv4_addr }
 //		set vteps6 { type ipv6_addr }
 //		chain input { type filter hook input priority filter; policy accept;
-//			meta l4proto udp udp dport PORT @th,96,24 @vnis meta nfproto ipv4 ip saddr != @vteps4 counter drop
-//			meta l4proto udp udp dport PORT @th,96,24 @vnis meta nfproto ipv6 ip6 saddr != @vteps6 counter drop
+//			meta l4proto udp udp dport PORT meta nfproto ipv4 ip saddr != @vteps4 @th,96,24 @vnis counter drop
+//			meta l4proto udp udp dport PORT meta nfproto ipv6 ip6 saddr != @vteps6 @th,96,24 @vnis counter drop
 //		}
+//
+// The set of VNIs has a counter per element: each network's drops.
 //	}
 //
 // Without it, anyone who reaches the VXLAN port of a host can deliver a
@@ -103,8 +105,9 @@ func vniKey(vni uint32) []byte { return []byte{byte(vni >> 16), byte(vni >> 8), 
 func (f *Filter) sets() (vnis, v4, v6 *nftables.Set) {
 	kt := nftables.TypeInteger
 	kt.Bytes = 3
+	// Each VNI's counter counts its drops: the lookup comes last.
 	vnis = &nftables.Set{Table: f.table, ID: vniSetID, Name: VNISet, KeyType: kt, KeyByteOrder: binaryutil.BigEndian,
-		Comment: "VXLAN VNIs (@th,96,24) of the plugin's networks on this host"}
+		Counter: true, Comment: "VXLAN VNIs (@th,96,24) of the plugin's networks on this host"}
 	v4 = &nftables.Set{Table: f.table, ID: vtep4SetID, Name: VTEP4Set, KeyType: nftables.TypeIPAddr,
 		Comment: "VTEPs of the cluster's members and of remote endpoints"}
 	v6 = &nftables.Set{Table: f.table, ID: vtep6SetID, Name: VTEP6Set, KeyType: nftables.TypeIP6Addr,
@@ -132,9 +135,11 @@ func vtepElements(addrs []netip.Addr) (v4, v6 []nftables.SetElement) {
 	return v4, v6
 }
 
-// ruleExprs is one family's rule: VXLAN to port with a filtered VNI from a
-// source not in the family's set is counted and dropped. The VNI is bytes
-// 4-6 of the VXLAN header, after the 8-byte UDP header (@th,96,24).
+// ruleExprs is one family's rule: VXLAN to port from a source not in the
+// family's set, with a filtered VNI, is counted and dropped. The VNI is
+// bytes 4-6 of the VXLAN header, after the 8-byte UDP header
+// (@th,96,24); its lookup comes last so that its element's counter counts
+// that network's drops only.
 func ruleExprs(port uint16, six bool) []expr.Any {
 	proto, set, off, n := byte(unix.NFPROTO_IPV4), VTEP4Set, uint32(12), uint32(4)
 	id := uint32(vtep4SetID)
@@ -146,12 +151,12 @@ func ruleExprs(port uint16, six bool) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_UDP}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
-		&expr.Lookup{SourceRegister: 1, SetName: VNISet, SetID: vniSetID},
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
 		&expr.Lookup{SourceRegister: 1, SetName: set, SetID: id, Invert: true},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 12, Len: 3},
+		&expr.Lookup{SourceRegister: 1, SetName: VNISet, SetID: vniSetID},
 		&expr.Counter{},
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}

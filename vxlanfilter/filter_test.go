@@ -157,9 +157,16 @@ func TestAdmitsMembersOnly(t *testing.T) {
 	b.expect(outsider, vni, false)
 	b.expect(outside6, vni, false)
 	b.expect(outsider, other, true) // not the plugin's VNI: untouched
-	if st := b.status(); st.Dropped != 2 || !st.Intact || !slices.Equal(st.VNIs, []uint32{vni}) {
-		t.Fatalf("status %+v, want 2 dropped, intact, VNI %d", st, vni)
+	if st := b.status(); st.Dropped != 2 || st.DroppedByVNI[vni] != 2 || !st.Intact || !slices.Equal(st.VNIs, []uint32{vni}) {
+		t.Fatalf("status %+v, want 2 dropped (both of VNI %d), intact", st, vni)
 	}
+	// Each network's count is its own.
+	must(t, b.f.AddVNI(other))
+	b.expect(outsider, other, false)
+	if st := b.status(); st.Dropped != 3 || st.DroppedByVNI[vni] != 2 || st.DroppedByVNI[other] != 1 {
+		t.Fatalf("status %+v, want 3 dropped: 2 of VNI %d, 1 of %d", st, vni, other)
+	}
+	must(t, b.f.RemoveVNI(other))
 	// A remote endpoint's reference admits a source that is no member.
 	must(t, b.f.AddRemote(outsider))
 	must(t, b.f.AddRemote(outsider))

@@ -17,8 +17,10 @@ type kernelTable struct {
 	vnis  []uint32
 	vteps []netip.Addr
 	port  uint16
-	// dropped counts per rule: IPv4 sources, IPv6 sources.
-	dropped [2]uint64
+	// dropped counts per rule: IPv4 sources, IPv6 sources; droppedBy per
+	// VNI (its set element's counter).
+	dropped   [2]uint64
+	droppedBy map[uint32]uint64
 	// intact: both sets of sources, the chain and its two rules exist.
 	intact bool
 }
@@ -31,9 +33,14 @@ func (f *Filter) read() (kernelTable, error) {
 	if err != nil {
 		return k, fmt.Errorf("set %s: %w", VNISet, err)
 	}
+	k.droppedBy = map[uint32]uint64{}
 	for _, e := range elems {
 		if len(e.Key) >= 3 {
-			k.vnis = append(k.vnis, uint32(e.Key[0])<<16|uint32(e.Key[1])<<8|uint32(e.Key[2]))
+			v := uint32(e.Key[0])<<16 | uint32(e.Key[1])<<8 | uint32(e.Key[2])
+			k.vnis = append(k.vnis, v)
+			if e.Counter != nil {
+				k.droppedBy[v] = e.Counter.Packets
+			}
 		}
 	}
 	slices.Sort(k.vnis)
@@ -87,8 +94,10 @@ type Status struct {
 	Members   int          `json:"members"`
 	Inherited int          `json:"inherited"`
 	// Dropped counts VXLAN of the plugin's VNIs from a source outside the
-	// cluster, since the table was last built.
-	Dropped uint64 `json:"dropped"`
+	// cluster, since the table was last built; DroppedByVNI per VNI, since
+	// the VNI was last added.
+	Dropped      uint64            `json:"dropped"`
+	DroppedByVNI map[uint32]uint64 `json:"dropped_by_vni,omitempty"`
 	// Intact is false when the kernel's table differs from the books;
 	// Repair rebuilds it.
 	Intact bool `json:"intact"`
@@ -113,7 +122,7 @@ func (f *Filter) Status() (Status, error) {
 	if err != nil {
 		return st, nil // present but unreadable: not intact
 	}
-	st.Port, st.VNIs, st.Sources, st.Dropped = k.port, k.vnis, k.vteps, k.dropped[0]+k.dropped[1]
+	st.Port, st.VNIs, st.Sources, st.Dropped, st.DroppedByVNI = k.port, k.vnis, k.vteps, k.dropped[0]+k.dropped[1], k.droppedBy
 	st.Intact = k.intact && k.port == f.port && slices.Equal(k.vnis, wantVNIs) && slices.Equal(k.vteps, wantVTEPs)
 	return st, nil
 }
