@@ -58,7 +58,10 @@ type Config struct {
 	Health health.Kernel
 	// ProbeInterval is the probes' interval (health.Interval when 0).
 	ProbeInterval time.Duration
-	Logger        *slog.Logger
+	// MemberVTEPs, if set, receives the live members' VTEPs (see
+	// cluster.Config): the VXLAN source filter admits them.
+	MemberVTEPs func([]netip.Addr)
+	Logger      *slog.Logger
 }
 
 // Plane is a started control plane. A nil *Plane is one not (yet)
@@ -173,7 +176,7 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	c, err := cluster.New(cluster.Config{
 		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
 		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: cfg.Transport, Sink: drv, Logger: log,
-		NodeData: nodeData, Settings: settings, AwaitOwn: true,
+		NodeData: nodeData, MemberVTEPs: cfg.MemberVTEPs, Settings: settings, AwaitOwn: true,
 	})
 	if err != nil {
 		cancel()

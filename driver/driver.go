@@ -142,18 +142,22 @@ type Sources interface {
 	ReleaseInherited() error
 	// Repair rebuilds the filter if it was changed from outside.
 	Repair() error
+	// DroppedByVNI reads each VNI's drops; false when there is no filter
+	// to read.
+	DroppedByVNI() (map[uint32]uint64, bool)
 }
 
 // noSources is the filter when there is none.
 type noSources struct{}
 
-func (noSources) SetPort(uint16) error          { return nil }
-func (noSources) AddVNI(uint32) error           { return nil }
-func (noSources) RemoveVNI(uint32) error        { return nil }
-func (noSources) AddRemote(netip.Addr) error    { return nil }
-func (noSources) RemoveRemote(netip.Addr) error { return nil }
-func (noSources) ReleaseInherited() error       { return nil }
-func (noSources) Repair() error                 { return nil }
+func (noSources) SetPort(uint16) error                    { return nil }
+func (noSources) AddVNI(uint32) error                     { return nil }
+func (noSources) RemoveVNI(uint32) error                  { return nil }
+func (noSources) AddRemote(netip.Addr) error              { return nil }
+func (noSources) RemoveRemote(netip.Addr) error           { return nil }
+func (noSources) ReleaseInherited() error                 { return nil }
+func (noSources) Repair() error                           { return nil }
+func (noSources) DroppedByVNI() (map[uint32]uint64, bool) { return nil, false }
 
 // Driver implements go-plugins-helpers' network.Driver.
 type Driver struct {

@@ -77,7 +77,7 @@ func (d *Driver) tendSources(released bool) bool {
 	if !released && d.peersSettled() && time.Since(d.started) >= d.deadGrace {
 		released = true // in the books at least; Repair retries the kernel
 		if err := d.sources.ReleaseInherited(); err != nil {
-			d.log.Warn("VXLAN source filter: release the previous run's sources", "err", err)
+			d.log.Warn("VXLAN source filter release", "why", "the previous run's sources stay admitted until the repair", "err", err)
 		}
 	}
 	if err := d.sources.Repair(); err != nil {

@@ -109,6 +109,16 @@ func (f *fakeSources) ReleaseInherited() error {
 
 func (f *fakeSources) Repair() error { return nil }
 
+func (f *fakeSources) DroppedByVNI() (map[uint32]uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[uint32]uint64{}
+	for v := range f.vnis {
+		out[v] = uint64(v) // a figure the test can tell
+	}
+	return out, true
+}
+
 func (f *fakeSources) state() (vnis int, refs map[netip.Addr]int, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -143,6 +153,9 @@ func TestSourcesFollowTheEntries(t *testing.T) {
 	must(t, err)
 	if vnis != 1 || refs[r2] != 1 || refs[r3] != 1 || len(refs) != 2 {
 		t.Fatalf("filter: %d VNIs, refs %v; want 1 VNI, one reference on each remote host", vnis, refs)
+	}
+	if st := d.State(); st[0].VXLANFilter == nil || st[0].VXLANFilter.Dropped != 300 {
+		t.Fatalf("state's filter view %+v, want the drops of VNI 300", st[0].VXLANFilter)
 	}
 	must(t, d.DeletePeer("n1", "a"))
 	must(t, d.DeletePeer("n1", "c"))

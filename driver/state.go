@@ -26,6 +26,16 @@ type NetworkState struct {
 	// Refused says why this host refused the network (refusals.go). A
 	// network refused at creation has no other field set.
 	Refused *Refusal `json:"refused,omitempty"`
+	// VXLANFilter is the source filter's word on the network's VNI; nil
+	// without a filter or a sandbox.
+	VXLANFilter *VXLANFilterState `json:"vxlan_filter,omitempty"`
+}
+
+// VXLANFilterState is the source filter's view of one network.
+type VXLANFilterState struct {
+	// Dropped counts the network's VXLAN packets from sources outside the
+	// cluster, dropped since its VNI was last filtered.
+	Dropped uint64 `json:"dropped"`
 }
 
 // EndpointState is one local endpoint.
@@ -52,12 +62,17 @@ type KernelState struct {
 func (d *Driver) State() []NetworkState {
 	ids := d.networkIDs()
 	out := make([]NetworkState, 0, len(ids))
+	dropped, filtered := d.sources.DroppedByVNI()
 	for _, id := range ids {
 		n := d.lockNetwork(id)
 		if n == nil {
 			continue
 		}
-		out = append(out, d.networkState(n))
+		s := d.networkState(n)
+		if filtered && n.sandbox != "" {
+			s.VXLANFilter = &VXLANFilterState{Dropped: dropped[n.vni]}
+		}
+		out = append(out, s)
 		n.mu.Unlock()
 	}
 	for _, r := range d.refused.list() {

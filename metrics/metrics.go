@@ -18,6 +18,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 	"github.com/overlay-plugin/overlay-plugin/health"
+	"github.com/overlay-plugin/overlay-plugin/vxlanfilter"
 )
 
 const ns = "overlay_plugin"
@@ -35,6 +36,8 @@ type Sources struct {
 	Encryption   func() (encryption.Status, bool)
 	// Paths are the data-path probes' view of each peer (health).
 	Paths func() []health.PathStatus
+	// VXLANFilter is the VXLAN source filter's state; false: no filter.
+	VXLANFilter func() (vxlanfilter.Status, bool)
 	// Version and Commit label the build_info gauge, so that a roll
 	// shows which nodes run which release.
 	Version, Commit string
@@ -141,6 +144,9 @@ var (
 	encRemotes     = desc("encryption_remotes", "Remote hosts programmed for IPsec, by policy state (active, blocked: waiting for keys).", "policy")
 	encSAs         = desc("encryption_sas", "IPsec SAs of this plugin in the kernel.")
 	encLastErrored = desc("encryption_last_error", "1 when the last IPsec programming failed (see `overlay-plugin encryption`).")
+	fwPackets      = desc("firewall_packets_total", "VXLAN packets of the plugin's networks the source filter dropped since its table was last built, by reason: unknown_source (not a member's VTEP nor a remote endpoint's).", "reason")
+	fwSources      = desc("vxlan_filter_sources", "Sources (VTEPs) the VXLAN source filter admits.")
+	fwIntact       = desc("vxlan_filter_intact", "1 when the kernel's source filter table is what the plugin programmed; 0 until the repair rebuilds one changed from outside.")
 	encFirewall    = desc("encryption_firewall_packets_total", "Packets of encrypted VNIs seen by the firewall rules since they were last built, by rule: marked (went out for IPsec), plaintext_dropped (came in without IPsec), unprotected_dropped (no IPsec policy took them on the way out).", "rule")
 )
 
@@ -175,6 +181,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.Paths != nil {
 		collectPaths(ch, c.src.Paths())
+	}
+	if c.src.VXLANFilter != nil {
+		if s, ok := c.src.VXLANFilter(); ok {
+			counter(ch, fwPackets, s.Dropped, "unknown_source")
+			gauge(ch, fwSources, float64(len(s.Sources)))
+			gauge(ch, fwIntact, bool01(s.Intact))
+		}
 	}
 }
 

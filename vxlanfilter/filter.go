@@ -11,6 +11,7 @@
 //		}
 //
 // The set of VNIs has a counter per element: each network's drops.
+//
 //	}
 //
 // Without it, anyone who reaches the VXLAN port of a host can deliver a

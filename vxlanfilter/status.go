@@ -126,3 +126,13 @@ func (f *Filter) Status() (Status, error) {
 	st.Intact = k.intact && k.port == f.port && slices.Equal(k.vnis, wantVNIs) && slices.Equal(k.vteps, wantVTEPs)
 	return st, nil
 }
+
+// DroppedByVNI reads each filtered VNI's drops, for the driver's state;
+// false when the table cannot be read.
+func (f *Filter) DroppedByVNI() (map[uint32]uint64, bool) {
+	st, err := f.Status()
+	if err != nil {
+		return nil, false
+	}
+	return st.DroppedByVNI, true
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/metrics"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
 	"github.com/overlay-plugin/overlay-plugin/pluginapi"
+	"github.com/overlay-plugin/overlay-plugin/vxlanfilter"
 )
 
 // gate admits the calls of both APIs to the driver (pluginapi.Gate).
@@ -70,8 +71,16 @@ func (b adminBackend) Check() (any, error) {
 
 // metricsSources reads the driver once it is ready and, once it runs, the
 // control plane.
-func metricsSources(g *gate, plane *atomic.Pointer[controlplane.Plane]) metrics.Sources {
+func metricsSources(g *gate, plane *atomic.Pointer[controlplane.Plane], filter sourceFilter) metrics.Sources {
+	var vxlanFilter func() (vxlanfilter.Status, bool)
+	if filter != nil {
+		vxlanFilter = func() (vxlanfilter.Status, bool) {
+			st, err := filter.Status()
+			return st, err == nil
+		}
+	}
 	return metrics.Sources{
+		VXLANFilter: vxlanFilter,
 		Networks: func() []driver.NetworkStats {
 			if d, ok := g.Driver(); ok {
 				return d.Stats()

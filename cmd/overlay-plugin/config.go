@@ -75,6 +75,9 @@ type serveConfig struct {
 	ResyncPeriod time.Duration
 	// ProbeInterval is the data-path probes' (health.Interval); 0: none.
 	ProbeInterval time.Duration
+	// VXLANFilter admits VXLAN of the plugin's networks only from the
+	// cluster's VTEPs (vxlanfilter); off is unsafe.
+	VXLANFilter bool
 }
 
 // addrValue is an IP address.
@@ -123,7 +126,7 @@ func (v gossipPortValue) Set(s string) error {
 func parseServeConfig(args []string, getenv func(string) string, out io.Writer) (serveConfig, error) {
 	cfg := serveConfig{LogLevel: slog.LevelInfo, GossipPort: defaultGossipPort,
 		DeadGrace: defaultDeadGrace, RestartGrace: defaultRestartGrace, KeyRotation: defaultKeyRotation, ResyncPeriod: driver.DefaultResyncPeriod,
-		ProbeInterval: health.Interval}
+		ProbeInterval: health.Interval, VXLANFilter: true}
 	f := envflag.New("serve", "overlay-plugin serve [flags]\n\nServe Docker's network driver API and the admin API until SIGTERM or SIGINT.", out)
 	f.StringEnv(&cfg.Socket, "socket", "OVERLAY_SOCKET", defaultSocket, "unix socket of Docker's network driver API")
 	admincli.Flags(f, &cfg.StateDir, &cfg.AdminSocket)
@@ -142,6 +145,7 @@ func parseServeConfig(args []string, getenv func(string) string, out io.Writer) 
 	f.StringEnv(&cfg.DockerNetnsDir, "docker-netns-dir", "OVERLAY_DOCKER_NETNS_DIR", "", "where Docker's container namespaces (the directory of the SandboxKeys it passes) are mounted here, for service VIPs (default: the SandboxKeys as Docker gives them)")
 	f.VarEnv(envflag.Duration(&cfg.ResyncPeriod), "resync-period", "OVERLAY_RESYNC_PERIOD", "how often every network's kernel state is compared with its peer table in full; drift is repaired sooner, on the kernel's change events (`duration`)")
 	f.VarEnv(envflag.DurationOrOff(&cfg.ProbeInterval, time.Second), "probe-interval", "OVERLAY_PROBE_INTERVAL", "interval between data-path probes of each peer: VXLAN, ESP and path MTU, reported by `overlay-plugin check`, WARN lines and metrics; 0 turns them off (`duration`)")
+	f.VarEnv(envflag.Bool(&cfg.VXLANFilter), "vxlan-filter", "OVERLAY_VXLAN_FILTER", "drop VXLAN of the plugin's networks from any source but the cluster's VTEPs; false is UNSAFE: anyone who reaches the VXLAN port can send into unencrypted networks")
 	f.StringEnv(&cfg.MetricsAddr, "metrics-addr", "OVERLAY_METRICS_ADDR", "", "TCP `host:port` serving Prometheus metrics (default: only GET /metrics on the admin socket)")
 	if err := f.ParseEnv(args, getenv); err != nil {
 		return cfg, err

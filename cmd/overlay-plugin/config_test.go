@@ -22,10 +22,11 @@ func envOf(m map[string]string) func(string) string {
 
 func TestServeConfigPrecedence(t *testing.T) {
 	cases := []struct {
-		name string
-		args []string
-		env  map[string]string
-		want serveConfig
+		name      string
+		args      []string
+		env       map[string]string
+		want      serveConfig
+		filterOff bool
 	}{
 		{
 			name: "defaults",
@@ -87,6 +88,25 @@ func TestServeConfigPrecedence(t *testing.T) {
 				AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo, RestartGrace: time.Minute},
 		},
 		{
+			name:      "source filter off by flag",
+			args:      []string{"--vxlan-filter=false"},
+			env:       map[string]string{"OVERLAY_VXLAN_FILTER": "true"},
+			want:      serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir, AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo},
+			filterOff: true,
+		},
+		{
+			name:      "source filter off by environment",
+			env:       map[string]string{"OVERLAY_VXLAN_FILTER": "0"},
+			want:      serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir, AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo},
+			filterOff: true,
+		},
+		{
+			name: "the source filter flag alone turns it on",
+			args: []string{"--vxlan-filter"},
+			env:  map[string]string{"OVERLAY_VXLAN_FILTER": "false"},
+			want: serveConfig{Socket: defaultSocket, StateDir: defaultStateDir, SandboxDir: defaultSandboxDir, AdminSocket: "/var/lib/overlay-plugin/admin.sock", LogLevel: slog.LevelInfo},
+		},
+		{
 			name: "empty variables count as unset; mapped IPv4 is unmapped",
 			args: []string{"--advertise-addr", "::ffff:198.51.100.9"},
 			env:  map[string]string{"OVERLAY_SOCKET": "", "OVERLAY_VXLAN_PORT": ""},
@@ -111,6 +131,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 			if want.RestartGrace == 0 {
 				want.RestartGrace = defaultRestartGrace
 			}
+			want.VXLANFilter = !c.filterOff
 			switch want.ProbeInterval {
 			case 0:
 				want.ProbeInterval = health.Interval
@@ -148,6 +169,7 @@ func TestServeConfigErrors(t *testing.T) {
 		// the setting is wrong either way.
 		{"bad env under a good flag", []string{"--vxlan-port", "4789"}, map[string]string{"OVERLAY_VXLAN_PORT": "x"}, []string{"OVERLAY_VXLAN_PORT"}},
 		{"bad flag value", []string{"--vxlan-port", "x"}, nil, []string{"vxlan-port"}},
+		{"bad source filter switch", nil, map[string]string{"OVERLAY_VXLAN_FILTER": "maybe"}, []string{"OVERLAY_VXLAN_FILTER", "true or false"}},
 		{"bad metrics address", []string{"--metrics-addr", "9547"}, nil, []string{"--metrics-addr", `"9547"`}},
 		{"unknown flag", []string{"--colour", "blue"}, nil, []string{"colour"}},
 		{"extra argument", []string{"now"}, nil, []string{`unexpected argument "now"`}},

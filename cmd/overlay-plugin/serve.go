@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -37,6 +38,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
 	"github.com/overlay-plugin/overlay-plugin/statedb"
 	"github.com/overlay-plugin/overlay-plugin/vni"
+	"github.com/overlay-plugin/overlay-plugin/vxlanfilter"
 )
 
 // serveDeps are the parts of serve that tests replace.
@@ -73,6 +75,18 @@ type serveDeps struct {
 	// servicePeriod is how often the engine is asked for the services of
 	// the networks with containers here (0: enginewatch's default).
 	servicePeriod time.Duration
+	// newSourceFilter builds the VXLAN source filter; nil: none.
+	newSourceFilter func() sourceFilter
+}
+
+// sourceFilter is the VXLAN source filter as serve drives it
+// (vxlanfilter.Filter).
+type sourceFilter interface {
+	driver.Sources
+	Keep() (vnis, vteps int, err error)
+	SetMembers(vteps []netip.Addr) error
+	Close() error
+	Status() (vxlanfilter.Status, error)
 }
 
 func defaultDeps() serveDeps {
@@ -108,6 +122,7 @@ func defaultDeps() serveDeps {
 		advertiseWait:   10 * time.Second,
 		newEncryption:   newNetlinkEncryption,
 		newLoadBalancer: func() driver.LoadBalancer { return servicelb.NewNftables() },
+		newSourceFilter: func() sourceFilter { return vxlanfilter.New(nil, "") },
 	}
 }
 
@@ -185,6 +200,10 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		}
 	})
 
+	// The VXLAN source filter, taking over the previous run's table
+	// before the driver adopts that run's sandboxes.
+	filter := openSourceFilter(cfg, deps, log)
+
 	// 3. The admin socket: /healthz says 503 until the driver is ready.
 	al, err := unixsock.Listen(cfg.AdminSocket, 0o700, 0o600)
 	if err != nil {
@@ -192,7 +211,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 	}
 	closers = append(closers, func() { unixsock.Remove(log, cfg.AdminSocket) })
 	var plane atomic.Pointer[controlplane.Plane] // set once it runs
-	metricsH := metrics.Handler(metricsSources(g, &plane), calls)
+	metricsH := metrics.Handler(metricsSources(g, &plane, filter), calls)
 	admin := http.NewServeMux()
 	admin.Handle("GET /metrics", metricsH)
 	admin.Handle("/", adminapi.NewServer(adminBackend{g, &plane, cfg.GossipPort != 0}, g.Ready, log))
@@ -218,7 +237,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		port = controlplane.PortChoice{}
 	}
 	cfg.VXLANPort = port.Port
-	drv, vnis, release, err := buildDriver(cfg, deps, db, log)
+	drv, vnis, release, err := buildDriver(cfg, deps, db, filter, log)
 	if err != nil {
 		g.Fail(err)
 		return stopServers(log, g, deps, err, servers...)
@@ -265,7 +284,8 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 		p, err := controlplane.Start(ctx, controlplane.Config{Addr: cfg.AdvertiseAddr, AdvertiseWait: deps.advertiseWait,
 			GossipPort: cfg.GossipPort, Join: cfg.Join, NodeName: cfg.NodeName, SecretFile: cfg.SecretFile, DeadGrace: cfg.DeadGrace,
 			RestartGrace: cfg.RestartGrace, KeyRotation: cfg.KeyRotation, Port: port, Transport: deps.gossipTransport,
-			NewEncryption: newEncryption, DB: db, Engine: engine, Health: healthKernel, ProbeInterval: cfg.ProbeInterval, Logger: log}, drv)
+			NewEncryption: newEncryption, DB: db, Engine: engine, Health: healthKernel, ProbeInterval: cfg.ProbeInterval,
+			MemberVTEPs: memberVTEPs(filter, log), Logger: log}, drv)
 		if err == nil {
 			plane.Store(p)
 		}
@@ -338,7 +358,7 @@ func serve(ctx context.Context, cfg serveConfig, deps serveDeps, log *slog.Logge
 
 // buildDriver builds the kernel, underlay, VNI table and driver. release
 // frees the kernel and underlay handles (after Driver.Close).
-func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger) (*driver.Driver, *vni.Allocator, func(), error) {
+func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, filter sourceFilter, log *slog.Logger) (*driver.Driver, *vni.Allocator, func(), error) {
 	var releases []func()
 	release := func() {
 		for i := len(releases) - 1; i >= 0; i-- {
@@ -365,7 +385,8 @@ func buildDriver(cfg serveConfig, deps serveDeps, db *bbolt.DB, log *slog.Logger
 	// plane starts (controlplane.Start).
 	drv, err := driver.New(driver.Config{Kernel: k, Underlay: u, VNIs: vnis, DB: db, AdvertiseAddr: cfg.AdvertiseAddr,
 		VXLANPort: cfg.VXLANPort, ExpectEncryption: cfg.SecretFile != "" && cfg.GossipPort != 0,
-		LoadBalancer: deps.newLoadBalancer(), SandboxDir: cfg.DockerNetnsDir, ResyncPeriod: cfg.ResyncPeriod, DeadGrace: cfg.DeadGrace, Logger: log})
+		LoadBalancer: deps.newLoadBalancer(), Sources: filter, SandboxDir: cfg.DockerNetnsDir, ResyncPeriod: cfg.ResyncPeriod,
+		DeadGrace: cfg.DeadGrace, Logger: log})
 	if err != nil {
 		release()
 		return nil, nil, nil, err

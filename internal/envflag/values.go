@@ -25,6 +25,10 @@ func DurationOrOff(d *time.Duration, least time.Duration) flag.Value {
 	return durationValue{d: d, off: true, least: least}
 }
 
+// Bool is a flag value of a boolean (true, false, 1, 0...); the flag alone
+// means true.
+func Bool(b *bool) flag.Value { return boolValue{b} }
+
 // Level is a flag value of a log level by name.
 func Level(l *slog.Level) flag.Value { return levelValue{l} }
 
@@ -44,6 +48,20 @@ func (v portValue) Set(s string) error {
 		return errors.New("want a UDP port number between 1 and 65535")
 	}
 	*v.p = uint16(n)
+	return nil
+}
+
+type boolValue struct{ b *bool }
+
+func (v boolValue) String() string   { return strconv.FormatBool(v.b != nil && *v.b) }
+func (v boolValue) IsBoolFlag() bool { return true }
+
+func (v boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*v.b = b
 	return nil
 }
 
