@@ -98,10 +98,31 @@ func (b *Bed) NewTopology(family Family, n int) (*Topology, error) {
 // AddHost adds the next host (h1, h2, ...) to the switch.
 func (t *Topology) AddHost() (*Host, error) {
 	i := len(t.Hosts) + 1
-	if i > 250 {
+	if i >= outsiderIndex {
 		return nil, errors.New("testbed: too many hosts")
 	}
-	name := fmt.Sprintf("h%d", i)
+	h, err := t.attach(fmt.Sprintf("h%d", i), i)
+	if err != nil {
+		return nil, err
+	}
+	t.Hosts = append(t.Hosts, h)
+	return h, nil
+}
+
+// outsiderIndex is the underlay address (and switch port) of the outsider:
+// above every host's.
+const outsiderIndex = 250
+
+// AddOutsider attaches a machine to the switch that is not a host of the
+// cluster, runs no plugin and knows no secret: someone else on the same
+// underlay. It is not in Hosts.
+func (t *Topology) AddOutsider() (*Host, error) {
+	return t.attach("outsider", outsiderIndex)
+}
+
+// attach makes a namespace with an underlay interface, address i of the
+// underlay, plugged into the switch.
+func (t *Topology) attach(name string, i int) (*Host, error) {
 	ns, err := t.Bed.NewNetns(name)
 	if err != nil {
 		return nil, err
@@ -139,7 +160,6 @@ func (t *Topology) AddHost() (*Host, error) {
 	if _, err := ns.IP("link", "set", HostLink, "up"); err != nil {
 		return nil, err
 	}
-	t.Hosts = append(t.Hosts, h)
 	return h, nil
 }
 
