@@ -98,6 +98,13 @@ func (pl *planner) applyOne(c peerdb.Change, flood bool, w *work) {
 		macs := pl.fdb[e.VTEP] // nil, and a count of -1, if it had none
 		if macs.Add(e.MAC, -1) == 0 {
 			w.add(kernel.EntryOp{Kind: kernel.OpDeleteFDB, FDB: e})
+			// The kernel holds one unicast entry per MAC, the last one
+			// written: if another VTEP's binding of the MAC remains (two
+			// hosts claim it, for a while or by mistake), it is written
+			// again rather than lost until the next resync.
+			if other, ok := pl.holder(e.MAC, e.VTEP); ok {
+				w.add(kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{MAC: e.MAC, VTEP: other}})
+			}
 			if len(macs) == 0 {
 				delete(pl.fdb, e.VTEP)
 				if flood {
@@ -107,6 +114,17 @@ func (pl *planner) applyOne(c peerdb.Change, flood bool, w *work) {
 			}
 		}
 	}
+}
+
+// holder is a VTEP other than not with a binding of mac. Only deletes
+// that empty a (VTEP, MAC) ask, so the walk is over the few VTEPs.
+func (pl *planner) holder(mac hwaddr.MAC, not netip.Addr) (netip.Addr, bool) {
+	for vtep, macs := range pl.fdb {
+		if vtep != not && macs[mac] > 0 {
+			return vtep, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // Resync recomputes the books from the peer db's bindings and plans what

@@ -211,3 +211,26 @@ func TestPlannerApplyAgreesWithResync(t *testing.T) {
 		}
 	}
 }
+
+// Two remote VTEPs bind one MAC (a task's address, and with it its derived
+// MAC, given out again on another host before the old holder's retraction
+// arrived; or a duplicate). The kernel keeps one entry per MAC, the last
+// written: when the VTEP it points at loses the MAC, the other's entry is
+// written again, not left out until the next resync.
+func TestPlannerRewritesTheOtherHolderOfAMAC(t *testing.T) {
+	var db peerdb.DB
+	pl := newPlanner()
+	pl.Apply(addTo(t, &db, remotePeer("old", ipA.String(), macA.String(), vtepA.String())), false)
+	pl.Apply(addTo(t, &db, remotePeer("new", "10.1.0.11", macA.String(), vtepB.String())), false)
+	w := pl.Apply(db.Delete("new"), false)
+	want := kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{MAC: macA, VTEP: vtepA}}
+	if len(w.ops) == 0 || w.ops[len(w.ops)-1] != want {
+		t.Fatalf("ops %v, want the last to rewrite %v", w.ops, want)
+	}
+	w = pl.Apply(db.Delete("old"), false)
+	for _, op := range w.ops {
+		if op.Kind == kernel.OpAddFDB {
+			t.Fatalf("the last holder's delete wrote %v", op)
+		}
+	}
+}
