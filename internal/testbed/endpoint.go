@@ -70,7 +70,13 @@ func (e *Endpoint) Peer() peerdb.Peer {
 // addresses not repeated (dockerd refuses that), an interface to move
 // (SrcName) named eth<n> (DstPrefix "eth").
 func (p *Plugin) CreateJoin(networkID, sandboxKey string, addrs ...netip.Prefix) (*Endpoint, error) {
-	iface := &api.EndpointInterface{}
+	return p.CreateJoinMAC(networkID, sandboxKey, "", addrs...)
+}
+
+// CreateJoinMAC is CreateJoin with the MAC dockerd passes for `docker run
+// --mac-address` ("": none, the plugin assigns one).
+func (p *Plugin) CreateJoinMAC(networkID, sandboxKey, mac string, addrs ...netip.Prefix) (*Endpoint, error) {
+	iface := &api.EndpointInterface{MacAddress: mac}
 	for _, a := range addrs {
 		if a.Addr().Is6() {
 			iface.AddressIPv6 = a.String()
@@ -83,17 +89,25 @@ func (p *Plugin) CreateJoin(networkID, sandboxKey string, addrs ...netip.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("%s CreateEndpoint: %w", p.Host.Name, err)
 	}
-	if resp.Interface == nil || resp.Interface.MacAddress == "" {
+	switch {
+	case mac != "":
+		// dockerd refuses an answer that changes a MAC it gave.
+		if resp.Interface != nil {
+			return nil, fmt.Errorf("%s CreateEndpoint answered %+v to a request with MAC %s: want no interface", p.Host.Name, *resp.Interface, mac)
+		}
+		ep.MAC = mac
+	case resp.Interface == nil || resp.Interface.MacAddress == "":
 		return nil, fmt.Errorf("%s CreateEndpoint answered %+v: no MAC, want the one the plugin assigned", p.Host.Name, resp)
+	default:
+		assigned, err := hwaddr.Parse(resp.Interface.MacAddress)
+		if err != nil || assigned.IsZero() || assigned[0]&1 != 0 {
+			return nil, fmt.Errorf("%s CreateEndpoint assigned MAC %q: want a unicast MAC (%v)", p.Host.Name, resp.Interface.MacAddress, err)
+		}
+		if resp.Interface.Address != "" || resp.Interface.AddressIPv6 != "" {
+			return nil, fmt.Errorf("%s CreateEndpoint answered %+v: repeats addresses dockerd supplied (dockerd rejects that)", p.Host.Name, *resp.Interface)
+		}
+		ep.MAC = assigned.String()
 	}
-	mac, err := hwaddr.Parse(resp.Interface.MacAddress)
-	if err != nil || mac.IsZero() || mac[0]&1 != 0 {
-		return nil, fmt.Errorf("%s CreateEndpoint assigned MAC %q: want a unicast MAC (%v)", p.Host.Name, resp.Interface.MacAddress, err)
-	}
-	if resp.Interface.Address != "" || resp.Interface.AddressIPv6 != "" {
-		return nil, fmt.Errorf("%s CreateEndpoint answered %+v: repeats addresses dockerd supplied (dockerd rejects that)", p.Host.Name, *resp.Interface)
-	}
-	ep.MAC = mac.String()
 	ep.Join, err = p.API.Join(&api.JoinRequest{NetworkID: networkID, EndpointID: ep.ID, SandboxKey: sandboxKey})
 	if err != nil {
 		return nil, fmt.Errorf("%s Join: %w", p.Host.Name, err)
