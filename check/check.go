@@ -80,6 +80,8 @@ var rejectionWhy = map[string]string{
 	"misdirected":     "gossip meant for another node arrives",
 	"queue_full":      "gossip is dropped because this node falls behind",
 	"not_member":      "records of nodes gone past the dead grace arrive",
+	"stream_idle":     "connections to the gossip port send nothing, or too little, in time: a scanner, a load balancer's health check, or a node stalled",
+	"stream_limit":    "more connections to the gossip port wait at once than a cluster makes: someone holds connections open",
 	"unknown_reasons": "gossip is refused",
 }
 

@@ -377,7 +377,7 @@ func New(cfg Config) (*Cluster, error) {
 		c.cancelStreams()
 		return nil, errors.New("cluster: the Transport must be a memberlist.NodeAwareTransport")
 	}
-	screen := newScreenTransport(nat, cfg.SecretKey, c.refuseInput)
+	screen := newScreenTransport(nat, cfg.SecretKey, c.refuseInput, c.isMemberAddr)
 	mc.Transport = screen
 
 	c.queue = &memberlist.TransmitLimitedQueue{
@@ -940,6 +940,8 @@ type Stats struct {
 	RejectedMisdirected      uint64
 	RejectedQueueFull        uint64
 	RejectedWireVersion      uint64 // a message, or a node, whose wire versions this node does not speak
+	RejectedStreamIdle       uint64 // gossip streams that sent no whole first message in time
+	RejectedStreamLimit      uint64 // gossip streams over the bound of those not yet checked
 	DecodeErrors             uint64 // malformed input: the plugin's messages, memberlist's, compounds, checksums
 	Retracted                uint64 // own records of an earlier incarnation tombstoned
 	Purged                   uint64 // records of nodes gone past DeadGrace removed
@@ -1027,6 +1029,7 @@ func (c *Cluster) Stats() Stats {
 	s.RejectedMisdirected, s.RejectedQueueFull = c.rej[RejectMisdirected].Load(), c.rej[RejectQueueFull].Load()
 	s.DecodeErrors = c.rej[RejectMalformed].Load()
 	s.RejectedWireVersion = c.rej[RejectWireVersion].Load()
+	s.RejectedStreamIdle, s.RejectedStreamLimit = c.rej[RejectStreamIdle].Load(), c.rej[RejectStreamLimit].Load()
 	s.RestartsAnnounced, s.RestartsReceived = c.restartsSent.Load(), c.restartsIn.Load()
 	for name, v := range s.Rejections() {
 		if name != RejectStale.String() {

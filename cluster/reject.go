@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"net"
+	"net/netip"
 	"sync/atomic"
 )
 
@@ -21,11 +22,13 @@ const (
 	RejectVTEP                      // a record whose VTEP is not its owner's address
 	RejectOwnerGone                 // a record of a node gone past the dead grace
 	RejectWireVersion               // a message, or a node, whose wire versions this node does not speak
+	RejectStreamIdle                // a stream that sent no whole first message in time (screen.go)
+	RejectStreamLimit               // a stream over the bound of those not yet checked (screen.go)
 	numReasons
 )
 
 var reasonNames = [numReasons]string{"decrypt", "plain", "compressed", "unknown_type", "malformed", "misdirected",
-	"queue_full", "stale", "ownership", "vtep_mismatch", "owner_gone", "wire_version"}
+	"queue_full", "stale", "ownership", "vtep_mismatch", "owner_gone", "wire_version", "stream_idle", "stream_limit"}
 
 func (r Reason) String() string { return reasonNames[r] }
 
@@ -47,12 +50,26 @@ func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
 	c.reject(r.reason, "gossip input refused", "input", what, "from", from, "err", r.err)
 }
 
+// isMemberAddr says whether a is a live member's gossip address: the
+// transport screen admits the members' streams beyond the bound it sets
+// for strangers.
+func (c *Cluster) isMemberAddr(a netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.st.members {
+		if m.alive && m.addr.Addr() == a {
+			return true
+		}
+	}
+	return false
+}
+
 // Rejections returns every reason's count, by name, zeros included.
 func (s Stats) Rejections() map[string]uint64 {
 	out := make(map[string]uint64, numReasons)
 	for r, v := range [numReasons]uint64{s.RejectedDecrypt, s.RejectedPlain, s.RejectedCompressed, s.RejectedUnknownType,
 		s.DecodeErrors, s.RejectedMisdirected, s.RejectedQueueFull, s.Stale, s.RejectedForeignOwner, s.RejectedVTEP, s.RejectedNotMember,
-		s.RejectedWireVersion} {
+		s.RejectedWireVersion, s.RejectedStreamIdle, s.RejectedStreamLimit} {
 		out[Reason(r).String()] = v
 	}
 	return out

@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -19,8 +23,16 @@ import (
 // datagram, and memberlist never sees it.
 //
 // Datagrams are checked by one goroutine between the transport's channel
-// and memberlist's. Streams, accepted and dialed alike, are checked on
-// their first Read, on memberlist's own goroutine and under its deadline.
+// and memberlist's. An accepted stream is checked before memberlist gets
+// it, by a goroutine of its own, which gives it headWait to send its first
+// message. At most maxPendingPerSource streams from one address wait so at
+// once (a transport without addresses, as in tests, has no such bound),
+// and maxPendingStreams in all from addresses that are not members';
+// the rest are closed at once. So connections held open to the gossip
+// port cost neither memberlist's goroutines and 10 s timeouts nor its
+// ERROR line each, cannot exhaust the plugin's file descriptors, and do
+// not crowd out the members' streams. A dialed stream is checked on its
+// first Read, on memberlist's goroutine and under its deadline.
 type screenTransport struct {
 	memberlist.NodeAwareTransport
 	key    []byte // the cluster key; nil: gossip is plaintext
@@ -28,18 +40,45 @@ type screenTransport struct {
 
 	packets chan *memberlist.Packet
 	streams chan net.Conn
+	// member says whether an address is a member's gossip address.
+	member func(netip.Addr) bool
+	// checked gets each accepted stream whose check ended, for
+	// forwardStreams' counts; headWait bounds the check.
+	checked  chan admitted
+	headWait time.Duration
+	// ctx ends with done: it closes the streams being checked.
+	ctx     context.Context
+	cancel  context.CancelFunc
 	done    chan struct{} // closed: stop passing input to memberlist
 	drained chan struct{} // closed: stop draining the transport's channels
 	stop    sync.Once
 	wg      sync.WaitGroup
 }
 
+const (
+	// maxPendingPerSource and maxPendingStreams bound the accepted streams
+	// not yet checked, from one address and from non-members in all: a
+	// member opens one or two at once (push/pull, the plugin's messages),
+	// a cluster never this many.
+	maxPendingPerSource = 8
+	maxPendingStreams   = 256
+	// streamHeadWait is how long an accepted stream has to send its first
+	// message; members send it as soon as they connect.
+	streamHeadWait = 5 * time.Second
+)
+
 // newScreenTransport wraps t; stop it with Shutdown, or with detach if t
 // is to live on.
-func newScreenTransport(t memberlist.NodeAwareTransport, key []byte, refuse func(string, net.Addr, *rejection)) *screenTransport {
-	g := &screenTransport{NodeAwareTransport: t, key: key, refuse: refuse,
+// member may be nil (nobody is a member).
+func newScreenTransport(t memberlist.NodeAwareTransport, key []byte, refuse func(string, net.Addr, *rejection),
+	member func(netip.Addr) bool) *screenTransport {
+	if member == nil {
+		member = func(netip.Addr) bool { return false }
+	}
+	g := &screenTransport{NodeAwareTransport: t, key: key, refuse: refuse, member: member,
 		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), done: make(chan struct{}),
-		drained: make(chan struct{})}
+		drained: make(chan struct{}), checked: make(chan admitted, maxPendingStreams), headWait: streamHeadWait}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.wg.Add(2)
 	go g.forwardPackets()
 	go g.forwardStreams()
@@ -72,21 +111,98 @@ func (g *screenTransport) forwardPackets() {
 	}
 }
 
+// forwardStreams admits the accepted streams to their check; it alone
+// keeps the counts of those being checked, by source.
 func (g *screenTransport) forwardStreams() {
 	defer g.wg.Done()
 	in := g.NodeAwareTransport.StreamCh()
+	perSource := map[netip.Addr]int{}
+	strangers := 0 // streams being checked from non-members
 	for {
 		select {
 		case <-g.done:
 			return
-		case c := <-in:
-			select {
-			case g.streams <- g.check(c):
-			case <-g.done:
-				c.Close()
-				return
+		case a := <-g.checked:
+			if perSource[a.source]--; perSource[a.source] == 0 {
+				delete(perSource, a.source)
 			}
+			if a.stranger {
+				strangers--
+			}
+		case c := <-in:
+			a := sourceOf(c.RemoteAddr())
+			member := g.member(a)
+			var full string
+			switch {
+			case a.IsValid() && perSource[a] >= maxPendingPerSource:
+				full = fmt.Sprintf("%d streams from %s are being checked already", maxPendingPerSource, a)
+			case !member && strangers >= maxPendingStreams:
+				full = fmt.Sprintf("%d streams from non-members are being checked already", maxPendingStreams)
+			}
+			if full != "" {
+				g.refuse("stream", c.RemoteAddr(), reject(RejectStreamLimit, "%s", full))
+				c.Close()
+				continue
+			}
+			perSource[a]++
+			if !member {
+				strangers++
+			}
+			g.wg.Add(1)
+			go g.checkAccepted(c, admitted{a, !member})
 		}
+	}
+}
+
+// admitted is an accepted stream being checked: its source, and whether
+// it counts among the non-members'.
+type admitted struct {
+	source   netip.Addr
+	stranger bool
+}
+
+// sourceOf is a remote address's IP (unmapped), zero if it has none.
+func sourceOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.AddrPort().Addr().Unmap()
+	}
+	ap, _ := netip.ParseAddrPort(a.String()) // another transport's address
+	return ap.Addr().Unmap()
+}
+
+// checkAccepted checks an accepted stream's first message within headWait
+// and hands the stream to memberlist, or closes it.
+func (g *screenTransport) checkAccepted(c net.Conn, a admitted) {
+	defer g.wg.Done()
+	defer func() {
+		select {
+		case g.checked <- a:
+		case <-g.done: // forwardStreams is gone
+		}
+	}()
+	stop := context.AfterFunc(g.ctx, func() { c.Close() })
+	defer stop()
+	if err := c.SetReadDeadline(time.Now().Add(g.headWait)); err != nil {
+		c.Close()
+		return
+	}
+	head, err := g.readHead(c)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			g.refuse("stream", c.RemoteAddr(), reject(RejectStreamIdle, "no whole first message within %v", g.headWait))
+		}
+		c.Close()
+		return
+	}
+	// The head is read: the rest is memberlist's, under its own deadline.
+	// (A peer that closed after writing makes some conns, net.Pipe among
+	// them, refuse deadlines from then on: checkedConn overlooks that.)
+	_ = c.SetReadDeadline(time.Time{})
+	select {
+	case g.streams <- &checkedConn{Conn: c, g: g, checked: true, pending: head}:
+	case <-g.done:
+		c.Close()
 	}
 }
 
@@ -120,7 +236,7 @@ func (g *screenTransport) DialTimeout(addr string, timeout time.Duration) (net.C
 
 // detach stops the screen's goroutines, leaving the transport open.
 func (g *screenTransport) detach() {
-	g.stop.Do(func() { close(g.done); close(g.drained) })
+	g.stop.Do(func() { close(g.done); g.cancel(); close(g.drained) })
 	g.wg.Wait()
 }
 
@@ -130,6 +246,7 @@ func (g *screenTransport) Shutdown() error {
 	var err error
 	g.stop.Do(func() {
 		close(g.done)
+		g.cancel()
 		err = g.NodeAwareTransport.Shutdown()
 		close(g.drained)
 	})
@@ -148,6 +265,25 @@ type checkedConn struct {
 	checked bool
 	err     error  // the check's failure, returned by every Read
 	pending []byte // bytes read for the check, not yet handed on
+}
+
+// SetDeadline, SetReadDeadline: a stream whose head was read ahead can
+// still be read to its end when its peer has closed it, whatever the
+// underlying conn says of deadlines then (net.Pipe refuses them), so such
+// an error is not passed on while read-ahead bytes remain.
+func (c *checkedConn) SetDeadline(t time.Time) error {
+	return c.pendingOK(c.Conn.SetDeadline(t))
+}
+
+func (c *checkedConn) SetReadDeadline(t time.Time) error {
+	return c.pendingOK(c.Conn.SetReadDeadline(t))
+}
+
+func (c *checkedConn) pendingOK(err error) error {
+	if err != nil && len(c.pending) > 0 {
+		return nil
+	}
+	return err
 }
 
 func (c *checkedConn) Read(p []byte) (int, error) {

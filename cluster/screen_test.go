@@ -70,6 +70,18 @@ func (r *refusals) get(reason Reason) int {
 	return r.n[reason]
 }
 
+// wait waits up to 5 s until n refusals of reason were counted.
+func (r *refusals) wait(t *testing.T, reason Reason, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.get(reason) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v refusals: %d, want %d", reason, r.get(reason), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // readAll reads what memberlist would read from a stream, in small reads,
 // and closes it, as memberlist does.
 func readAll(c net.Conn) []byte {
@@ -94,7 +106,7 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 		name := map[bool]string{true: "encrypted", false: "plaintext"}[key != nil]
 		t.Run(name, func(t *testing.T) {
 			ft, rs := newFakeTransport(), &refusals{}
-			g := newScreenTransport(ft, key, rs.refuse)
+			g := newScreenTransport(ft, key, rs.refuse, nil)
 			defer g.Shutdown()
 			wrap := func(msg []byte) []byte {
 				if key != nil {
@@ -123,14 +135,13 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 				t.Fatalf("%d compressed datagrams refused, want 3", n)
 			}
 
-			// An accepted stream and a dialed one carrying the bomb read
-			// as empty; a good stream reads as it was sent.
+			// An accepted stream carrying the bomb never reaches
+			// memberlist, a dialed one reads as empty; a good stream reads
+			// as it was sent.
 			near, far := net.Pipe()
 			go func() { far.Write(frame(bomb)); far.Close() }()
 			ft.streams <- near
-			if got := readAll(<-g.StreamCh()); len(got) != 0 {
-				t.Fatalf("memberlist read %d bytes of a compressed stream", len(got))
-			}
+			rs.wait(t, RejectCompressed, 4)
 			conn, err := g.DialAddressTimeout(memberlist.Address{Addr: "203.0.113.66:7947"}, time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -156,7 +167,7 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 // The stream checks of an encrypted cluster: plaintext, another key.
 func TestScreenStreamsOfAnEncryptedCluster(t *testing.T) {
 	ft, rs := newFakeTransport(), &refusals{}
-	g := newScreenTransport(ft, testKey, rs.refuse)
+	g := newScreenTransport(ft, testKey, rs.refuse, nil)
 	defer g.Shutdown()
 	for _, c := range []struct {
 		data []byte
@@ -172,8 +183,11 @@ func TestScreenStreamsOfAnEncryptedCluster(t *testing.T) {
 		near, far := net.Pipe()
 		go func() { far.Write(c.data); far.Close() }()
 		ft.streams <- near
-		if got := readAll(<-g.StreamCh()); len(got) != 0 || rs.get(c.want) != 1 {
-			t.Errorf("stream %x: memberlist read %d bytes; %v refusals %d, want 1", c.data[:1], len(got), c.want, rs.get(c.want))
+		rs.wait(t, c.want, 1)
+		select {
+		case got := <-g.StreamCh():
+			t.Errorf("stream %x: memberlist got it (%d bytes)", c.data[:1], len(readAll(got)))
+		default:
 		}
 		rs.mu.Lock()
 		rs.n = [numReasons]int{}
@@ -226,7 +240,7 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 	lim := newLogLimiter(clock.Now, rejectLogEvery)
 	c := &Cluster{log: slog.New(rateHandler{slog.NewTextHandler(&out, nil), lim}), logLim: lim}
 	ft := newFakeTransport()
-	g := newScreenTransport(ft, nil, c.refuseInput)
+	g := newScreenTransport(ft, nil, c.refuseInput, nil)
 	defer g.Shutdown()
 	garbage := [][]byte{{99}, {mlCompress, 1}, {mlCompound, 9}}
 	reasons := []Reason{RejectUnknownType, RejectCompressed, RejectMalformed}
@@ -265,7 +279,7 @@ func TestScreenShutdownWhileDatagramsArrive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newScreenTransport(nt, nil, (&refusals{}).refuse)
+	g := newScreenTransport(nt, nil, (&refusals{}).refuse, nil)
 	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: nt.GetAutoBindPort()}
 	conn, err := net.DialUDP("udp", nil, to)
 	if err != nil {
@@ -298,5 +312,30 @@ func TestScreenShutdownWhileDatagramsArrive(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Shutdown still waiting after 5 s while datagrams arrive")
+	}
+}
+
+// A peer that writes its message and closes at once (memberlist's
+// SendReliable does) leaves a stream whose head the screen read ahead;
+// memberlist must still get it, set its deadline and read it whole,
+// although net.Pipe, like some conns, refuses deadlines once the peer is
+// gone. (Dropped once: every anti-entropy message was lost in tests.)
+func TestScreenPassesAStreamWhosePeerClosed(t *testing.T) {
+	ft, rs := newFakeTransport(), &refusals{}
+	g := newScreenTransport(ft, testKey, rs.refuse, nil)
+	defer g.Shutdown()
+	// In an encrypted cluster the check reads the whole first message.
+	user := sealStream(t, testKey, append([]byte{mlUser}, bytes.Repeat([]byte{0x42}, 40)...))
+	near, far := net.Pipe()
+	done := make(chan struct{})
+	go func() { far.Write(user); far.Close(); close(done) }()
+	ft.streams <- near
+	got := <-g.StreamCh()
+	<-done
+	if err := got.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		t.Fatalf("memberlist's deadline on a stream read ahead: %v", err)
+	}
+	if b := readAll(got); !bytes.Equal(b, user) {
+		t.Fatalf("read back %d bytes, sent %d", len(b), len(user))
 	}
 }

@@ -30,6 +30,7 @@ func counts(s cluster.Stats) map[string]uint64 {
 		"decrypt": s.RejectedDecrypt, "plain": s.RejectedPlain, "compressed": s.RejectedCompressed,
 		"unknown_type": s.RejectedUnknownType, "misdirected": s.RejectedMisdirected, "queue_full": s.RejectedQueueFull,
 		"wire_version": s.RejectedWireVersion, "decode": s.DecodeErrors,
+		"stream_idle": s.RejectedStreamIdle, "stream_limit": s.RejectedStreamLimit,
 	}
 }
 
