@@ -101,6 +101,18 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	log.Info("advertise address settled", "addr", addr)
 	runCtx, cancel := context.WithCancel(context.Background())
 	p := &Plane{log: log, release: func() {}, stopRun: cancel, drv: drv}
+	// The endpoints a lost state database forgot, from the engine, while
+	// the rest starts; the gossip waits for them before it settles this
+	// node's own records.
+	var engine containerLister
+	if cfg.Engine != nil {
+		engine = cfg.Engine
+	}
+	recovered := make(chan struct{})
+	p.runs.Go(func() {
+		defer close(recovered)
+		recoverEndpoints(runCtx, engine, drv, recoverWait, log)
+	})
 	// Docker's data-path port, which a first run follows when no member
 	// says a port: asked before it settles. A known port (a restart, when
 	// the engine may not listen yet) is settled at once, and compared
@@ -209,6 +221,10 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		drv.SetEncryption(p.enc)
 		p.runs.Go(func() { p.enc.Run(runCtx, time.Second) })
 		p.runs.Go(func() { pub.Run(runCtx) })
+	}
+	select {
+	case <-recovered:
+	case <-ctx.Done(): // stopping: what is recovered by now is published
 	}
 	drv.SetControlPlane(c) // republishes what the driver holds
 	c.OwnSettled()

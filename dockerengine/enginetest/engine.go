@@ -40,13 +40,18 @@ type Engine struct {
 	// asked when each network's services were asked.
 	services map[string][]dockerengine.Service
 	asked    map[string][]time.Time
+	// containers are each network's containers on this node (GET
+	// /networks/<id>); garbled networks answer JSON that does not parse.
+	containers map[string][]dockerengine.Attachment
+	garbled    map[string]bool
 	// paths are the HTTP paths asked, in order.
 	paths []string
 }
 
 // New returns an engine of a worker node that knows no network.
 func New() *Engine {
-	return &Engine{services: map[string][]dockerengine.Service{}, asked: map[string][]time.Time{}}
+	return &Engine{services: map[string][]dockerengine.Service{}, asked: map[string][]time.Time{},
+		containers: map[string][]dockerengine.Attachment{}, garbled: map[string]bool{}}
 }
 
 // SetSwarm makes this node a manager or not, with the managers /info names
@@ -120,6 +125,31 @@ func (e *Engine) Paths() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.paths)
+}
+
+// SetContainers makes network nid list cs as this node's containers.
+func (e *Engine) SetContainers(nid string, cs ...dockerengine.Attachment) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.containers[nid] = slices.Clone(cs)
+}
+
+// Garble makes network nid's inspect answer JSON that does not parse.
+func (e *Engine) Garble(nid string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.garbled[nid] = true
+}
+
+// NetworkContainers is dockerengine.Client's, in-process.
+func (e *Engine) NetworkContainers(_ context.Context, nid string) ([]dockerengine.Attachment, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cs, ok := e.containers[nid]
+	if !ok {
+		return nil, dockerengine.ErrNotFound
+	}
+	return slices.Clone(cs), nil
 }
 
 // NetworkServices is dockerengine.Client's, in-process.

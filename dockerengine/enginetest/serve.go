@@ -1,13 +1,17 @@
 package enginetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/overlay-plugin/overlay-plugin/dockerengine"
 )
 
 // Serve answers the engine's API on a unix socket at path until the test
@@ -33,8 +37,12 @@ func (e *Engine) Serve(t testing.TB, path string) {
 	})
 	mux.HandleFunc("GET /networks/{id}", func(w http.ResponseWriter, r *http.Request) {
 		e.record(r)
+		if r.URL.Query().Get("verbose") != "true" {
+			e.containersOf(w, r.PathValue("id"))
+			return
+		}
 		svcs, err := e.NetworkServices(r.Context(), r.PathValue("id"))
-		if err != nil || r.URL.Query().Get("verbose") != "true" {
+		if err != nil {
 			http.Error(w, `{"message":"network not found"}`, http.StatusNotFound)
 			return
 		}
@@ -56,6 +64,27 @@ func (e *Engine) Serve(t testing.TB, path string) {
 		}
 	}()
 	t.Cleanup(func() { srv.Close() })
+}
+
+// containersOf answers a network's plain inspect: this node's containers.
+func (e *Engine) containersOf(w http.ResponseWriter, nid string) {
+	e.mu.Lock()
+	garbled := e.garbled[nid]
+	e.mu.Unlock()
+	if garbled {
+		io.WriteString(w, `{"Containers": {"x": [`)
+		return
+	}
+	cs, err := e.NetworkContainers(context.Background(), nid)
+	if err != nil {
+		http.Error(w, `{"message":"network not found"}`, http.StatusNotFound)
+		return
+	}
+	out := map[string]dockerengine.Attachment{}
+	for i, c := range cs {
+		out[fmt.Sprintf("container%d", i)] = c
+	}
+	json.NewEncoder(w).Encode(map[string]any{"Containers": out})
 }
 
 func (e *Engine) record(r *http.Request) {
