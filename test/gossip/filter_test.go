@@ -33,20 +33,13 @@ func TestSourceFilter(t *testing.T) {
 	requireTestbed(t)
 	const grace = 60 * time.Second
 	c := newCluster(t, options{ClusterConfig: testbed.ClusterConfig{DeadGrace: grace}})
-	eps := c.containerPerHost()
-	c.waitMembers(converge, "initial")
-	c.waitConverged(converge, "initial")
-	c.checkTraffic(eps, false)
+	eps := c.withContainers()
 	h1, h2, h3 := c.Nodes[0], c.Nodes[1], c.Nodes[2]
 	c1 := eps[0]
 
 	// The outsider's target: a listener in c1 counts what gets through.
 	var through atomic.Int64
-	ln, err := c1.Ctr.ListenUDP(netip.AddrPortFrom(addr(c1, testbed.IPv4), forgedPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	out, frame, ln := c.forgery(c1)
 	go func() {
 		buf := make([]byte, 2048)
 		for {
@@ -56,16 +49,6 @@ func TestSourceFilter(t *testing.T) {
 			through.Add(1)
 		}
 	}()
-	out, err := c.Topo.AddOutsider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mac, err := net.ParseMAC(c1.MAC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	frame := testbed.InnerFrame{DstMAC: mac, DstIP: addr(c1, testbed.IPv4), SrcIP: testbed.Nth(c.nw.Pool4, 200),
-		DstPort: forgedPort, Payload: []byte("forged")}
 	stopForging := make(chan struct{})
 	var forged atomic.Int64
 	var forging sync.WaitGroup
@@ -141,24 +124,12 @@ func TestSourceFilter(t *testing.T) {
 
 	// 3. h3's gossip is cut off (its data path is not): the others find it
 	// gone, keep its endpoints for the grace, and keep admitting it.
-	const cut = "filtertest_cut"
-	if err := testbed.NftDropPort(h3.NS.Path(), cut, testbed.GossipPort); err != nil {
-		t.Fatal(err)
-	}
-	healed := false
-	defer func() {
-		if !healed {
-			_ = testbed.DelNftTable(h3.NS.Path(), cut)
-		}
-	}()
+	heal := c.cutGossip(h3)
 	for _, obs := range []*testbed.Node{h1, h2} {
 		c.waitNotAlive(obs, h3.Name, 30*time.Second)
 	}
 	time.Sleep(2 * time.Second) // traffic flows through the partition
-	if err := testbed.DelNftTable(h3.NS.Path(), cut); err != nil {
-		t.Fatal(err)
-	}
-	healed = true
+	heal()
 	c.waitMembers(converge, "h3's gossip healed")
 	c.waitConverged(converge, "h3's gossip healed")
 	time.Sleep(time.Second)
@@ -203,25 +174,8 @@ func TestSourceFilter(t *testing.T) {
 func TestForgedVXLANWithoutFilter(t *testing.T) {
 	requireTestbed(t)
 	c := newCluster(t, options{ClusterConfig: testbed.ClusterConfig{Hosts: 2, Plugin: testbed.PluginConfig{Args: []string{"--vxlan-filter=false"}}}})
-	eps := c.containerPerHost()
-	c.waitConverged(converge, "initial")
-	c.checkTraffic(eps, false)
-	c1 := eps[0]
-	ln, err := c1.Ctr.ListenUDP(netip.AddrPortFrom(addr(c1, testbed.IPv4), forgedPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	out, err := c.Topo.AddOutsider()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mac, err := net.ParseMAC(c1.MAC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	frame := testbed.InnerFrame{DstMAC: mac, DstIP: addr(c1, testbed.IPv4), SrcIP: testbed.Nth(c.nw.Pool4, 200),
-		DstPort: forgedPort, Payload: []byte("forged")}
+	c1 := c.withContainers()[0]
+	out, frame, ln := c.forgery(c1)
 	if _, err := out.NS.SendVXLAN(netip.AddrPortFrom(c.Nodes[0].Underlay, 4789), c.nw.VNI, frame, 5, forgedEvery); err != nil {
 		t.Fatal(err)
 	}
@@ -235,4 +189,50 @@ func TestForgedVXLANWithoutFilter(t *testing.T) {
 		t.Fatalf("c1 got %q from %v", buf[:n], from)
 	}
 	t.Logf("without the filter a forged frame from the outsider reached c1 (inner source %v)", from)
+}
+
+// forgery is an outsider on the underlay, the frame it forges for ep (the
+// network's VNI is the caller's to add: SendVXLAN), and a listener in ep's
+// container where the frame aims, closed when the test ends.
+func (c *gcluster) forgery(ep *testbed.Endpoint) (*testbed.Host, testbed.InnerFrame, *net.UDPConn) {
+	c.t.Helper()
+	ln, err := ep.Ctr.ListenUDP(netip.AddrPortFrom(addr(ep, testbed.IPv4), forgedPort))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { ln.Close() })
+	out, err := c.Topo.AddOutsider()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	mac, err := net.ParseMAC(ep.MAC)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	frame := testbed.InnerFrame{DstMAC: mac, DstIP: addr(ep, testbed.IPv4), SrcIP: testbed.Nth(c.nw.Pool4, 200),
+		DstPort: forgedPort, Payload: []byte("forged")}
+	return out, frame, ln
+}
+
+// cutGossip drops n's gossip (TCP and UDP to and from the gossip port)
+// while its data path stays up; heal undoes it, as the test's end does.
+func (c *gcluster) cutGossip(n *testbed.Node) (heal func()) {
+	c.t.Helper()
+	const table = "gossiptest_cut"
+	if err := testbed.NftDropPort(n.NS.Path(), table, testbed.GossipPort); err != nil {
+		c.t.Fatal(err)
+	}
+	var once sync.Once
+	undo := func() error {
+		var err error
+		once.Do(func() { err = testbed.DelNftTable(n.NS.Path(), table) })
+		return err
+	}
+	c.t.Cleanup(func() { _ = undo() })
+	return func() {
+		c.t.Helper()
+		if err := undo(); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 }

@@ -179,6 +179,18 @@ func (c *gcluster) containerPerHost() []*testbed.Endpoint {
 	return eps
 }
 
+// withContainers attaches a container per host, waits until every host
+// sees every member and holds every endpoint, and checks the traffic
+// between the containers: the start of most scenarios.
+func (c *gcluster) withContainers() []*testbed.Endpoint {
+	c.t.Helper()
+	eps := c.containerPerHost()
+	c.waitMembers(converge, "initial")
+	c.waitConverged(converge, "initial")
+	c.checkTraffic(eps, false)
+	return eps
+}
+
 // joinNoContainer joins an endpoint with a fresh slot on n and a sandbox
 // key no container has (churn: the plugin's tables, not the data path).
 func (c *gcluster) joinNoContainer(n *testbed.Node, slot int) (*testbed.Endpoint, error) {

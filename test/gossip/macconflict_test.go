@@ -21,10 +21,7 @@ func TestMACConflict(t *testing.T) {
 	requireTestbed(t)
 	const grace = 3 * time.Second
 	c := newCluster(t, options{ClusterConfig: testbed.ClusterConfig{DeadGrace: grace}})
-	eps := c.containerPerHost()
-	c.waitMembers(converge, "initial")
-	c.waitConverged(converge, "initial")
-	c.checkTraffic(eps, false)
+	eps := c.withContainers()
 	h1, h2 := c.Nodes[0], c.Nodes[1]
 	c1 := eps[0]
 	c1b := c.addContainer(h1, "c1b") // c1's neighbour on h1
@@ -45,16 +42,7 @@ func TestMACConflict(t *testing.T) {
 	// forget each other's endpoints; h2 then gets an endpoint with c1's
 	// MAC (nothing on h2 knows it any more), and the heal brings each side
 	// a record with the MAC of one of its own endpoints.
-	const cut = "mactest_cut"
-	if err := testbed.NftDropPort(h2.NS.Path(), cut, testbed.GossipPort); err != nil {
-		t.Fatal(err)
-	}
-	healed := false
-	defer func() {
-		if !healed {
-			_ = testbed.DelNftTable(h2.NS.Path(), cut)
-		}
-	}()
+	heal := c.cutGossip(h2)
 	c.isolated[h2] = true
 	c.waitConverged(grace+converge, "h2 cut off past the grace")
 	dup, err := h2.Plugin.CreateJoinMAC(c.nw.ID, "/var/run/docker/netns/"+testbed.RandomHex(12), c1.MAC, c.nw.Addrs(c.newSlot())...)
@@ -62,10 +50,7 @@ func TestMACConflict(t *testing.T) {
 		t.Fatalf("h2, knowing no c1 any more, refused its MAC: %v", err)
 	}
 	before := map[*testbed.Node]uint64{h1: macConflicts(t, h1), h2: macConflicts(t, h2)}
-	if err := testbed.DelNftTable(h2.NS.Path(), cut); err != nil {
-		t.Fatal(err)
-	}
-	healed = true
+	heal()
 	delete(c.isolated, h2)
 	c.waitMembers(converge, "h2 back")
 	// Each side refuses the other's holder of the MAC, and counts it.

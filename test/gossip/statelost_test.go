@@ -24,10 +24,7 @@ func TestStateLossCostsNothing(t *testing.T) {
 	requireTestbed(t)
 	const grace = 3 * time.Second
 	c := newCluster(t, options{ClusterConfig: testbed.ClusterConfig{DeadGrace: grace}, engines: true})
-	eps := c.containerPerHost()
-	c.waitMembers(converge, "initial")
-	c.waitConverged(converge, "initial")
-	c.checkTraffic(eps, false)
+	eps := c.withContainers()
 	c1, c2, c3 := eps[0], eps[1], eps[2]
 	h2 := c.Nodes[1]
 	// What h2's engine says of its containers, as Docker would.
