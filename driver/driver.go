@@ -10,6 +10,7 @@
 //	network.mu  →  lbSandboxes.mu, refusals.mu, groupCommit.mu
 //	network.mu  →  the encryption mutex → Driver.mu
 //	network.mu  →  the control plane's mutex
+//	network.mu  →  the VXLAN source filter's mutex (a leaf)
 //
 // Each network's reconciler (reconcile.go, run.go) is a goroutine that
 // takes its network's mu like any call; the fast path and the reconciler
