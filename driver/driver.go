@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,9 @@ type Sources interface {
 	RemoveVNI(vni uint32) error
 	AddRemote(vtep netip.Addr) error
 	RemoveRemote(vtep netip.Addr) error
+	// Inherit admits vteps as the previous run's filter did, until
+	// ReleaseInherited: the hosts an adopted sandbox still sends to.
+	Inherit(vteps []netip.Addr) error
 	// ReleaseInherited ends the admission of what the previous run's
 	// filter admitted, once stale entries are removable (Run).
 	ReleaseInherited() error
@@ -156,6 +160,7 @@ func (noSources) AddVNI(uint32) error                     { return nil }
 func (noSources) RemoveVNI(uint32) error                  { return nil }
 func (noSources) AddRemote(netip.Addr) error              { return nil }
 func (noSources) RemoveRemote(netip.Addr) error           { return nil }
+func (noSources) Inherit([]netip.Addr) error              { return nil }
 func (noSources) ReleaseInherited() error                 { return nil }
 func (noSources) Repair() error                           { return nil }
 func (noSources) DroppedByVNI() (map[uint32]uint64, bool) { return nil, false }
@@ -296,9 +301,7 @@ func New(cfg Config) (*Driver, error) {
 	for _, id := range d.networkIDs() {
 		if n := d.lockNetwork(id); n != nil {
 			if n.sandbox != "" {
-				if err := d.sources.AddVNI(n.vni); err != nil {
-					d.log.Warn("VXLAN source filter", "why", "the periodic repair retries", "network", n.id, "vni", n.vni, "err", err)
-				}
+				d.filterAdopted(n)
 			}
 			if _, err := d.reconcile(n, false); err != nil {
 				d.log.Warn("reconcile at start", "network", n.id, "err", err)
@@ -307,6 +310,28 @@ func New(cfg Config) (*Driver, error) {
 		}
 	}
 	return d, nil
+}
+
+// filterAdopted filters the VNI of a sandbox the previous run left, at
+// start, admitting first every host its FDB entries point at: the peer db
+// is empty until the control plane delivers, and a previous run without
+// a filter table (0.1.0, or one started with the filter off) left nothing
+// to take over, yet the containers' traffic flows on. Caller holds n.mu.
+func (d *Driver) filterAdopted(n *network) {
+	var vteps []netip.Addr
+	if entries, err := d.readEntries(n); err == nil {
+		for _, e := range entries.fdb {
+			if e.VTEP.IsValid() && !slices.Contains(vteps, e.VTEP) {
+				vteps = append(vteps, e.VTEP)
+			}
+		}
+	} else {
+		d.log.Warn("adopted sandbox entries unread", "why", "its hosts are admitted as the members and peers arrive", "network", n.id, "err", err)
+	}
+	err := errors.Join(d.sources.Inherit(vteps), d.sources.AddVNI(n.vni))
+	if err != nil {
+		d.log.Warn("VXLAN source filter", "why", "the periodic repair retries", "network", n.id, "vni", n.vni, "err", err)
+	}
 }
 
 // lockNetwork returns the network with the given id, locked, or nil. The

@@ -10,6 +10,8 @@ import (
 	api "github.com/docker/go-plugins-helpers/network"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/countmap"
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
+	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/kernel/fakekernel"
 )
 
@@ -26,6 +28,7 @@ type fakeSources struct {
 	vnis      map[uint32]bool
 	refs      countmap.Map[netip.Addr]
 	released  int
+	inherited []netip.Addr
 	violation error
 }
 
@@ -95,6 +98,18 @@ func (f *fakeSources) RemoveRemote(a netip.Addr) error {
 	if left <= 0 {
 		if n := f.entriesTo(a); n != 0 {
 			f.violated("%v no longer admitted while %d FDB entries point at it", a, n)
+		}
+	}
+	return f.fail
+}
+
+func (f *fakeSources) Inherit(vteps []netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range vteps {
+		f.inherited = append(f.inherited, a)
+		if len(f.vnis) > 0 {
+			f.violated("%v inherited after a VNI was filtered", a)
 		}
 	}
 	return f.fail
@@ -237,5 +252,28 @@ func TestSourcesUnderConcurrency(t *testing.T) {
 	}
 	if fmt.Sprint(refs) != fmt.Sprint(want) {
 		t.Fatalf("filter refs %v, want the networks with entries per VTEP %v", refs, want)
+	}
+}
+
+// A sandbox the previous run left is filtered only after the hosts its
+// FDB entries point at are admitted: the peer db is empty until the
+// control plane delivers, and a run without a filter table before it (an
+// upgrade from 0.1.0) left nothing to take over.
+func TestAdoptedSandboxAdmitsItsHostsFirst(t *testing.T) {
+	k := fakekernel.New()
+	k.AddLeftover(kernel.SandboxSpec{Name: "n1", VNI: 300, Port: 4789, Local: localVTEP, MTU: 1450})
+	runningContainer(t, k, "n1", "e1e1e1e1e1e1e1")
+	r2 := netip.MustParseAddr("198.51.100.2")
+	must(t, k.OutsideChange("n1", kernel.EntryOp{Kind: kernel.OpAddFDB, FDB: kernel.FDBEntry{MAC: hwaddr.MAC{2, 0, 0, 0, 0, 9}, VTEP: r2}}))
+	s := newFakeSources(k)
+	cfg := testConfig(t, k, testDB(t))
+	cfg.Sources = s
+	newFromConfig(t, cfg)
+	vnis, _, err := s.state()
+	must(t, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if vnis != 1 || len(s.inherited) != 1 || s.inherited[0] != r2 {
+		t.Fatalf("filter: %d VNIs, inherited %v; want VNI 300 filtered after %v was admitted", vnis, s.inherited, r2)
 	}
 }

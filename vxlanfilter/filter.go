@@ -371,6 +371,19 @@ func (f *Filter) Keep() (vnis, vteps int, err error) {
 	return len(k.vnis), len(k.vteps), nil
 }
 
+// Inherit admits vteps until ReleaseInherited, as if the previous run's
+// table had: the hosts the adopted sandboxes still send to, when there
+// was no table to take over.
+func (f *Filter) Inherit(vteps []netip.Addr) error {
+	return f.update(func(b *books) {
+		for _, a := range vteps {
+			if a.IsValid() {
+				b.inheritedVTEPs[a.Unmap()] = true
+			}
+		}
+	})
+}
+
 // ReleaseInherited forgets what Keep took over: from now on only the
 // members and the sandboxes' references admit a source.
 func (f *Filter) ReleaseInherited() error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/overlay-plugin/overlay-plugin/internal/testbed"
 	"github.com/overlay-plugin/overlay-plugin/internal/wait"
+	"github.com/overlay-plugin/overlay-plugin/vxlanfilter"
 )
 
 const (
@@ -105,11 +106,16 @@ func TestSourceFilter(t *testing.T) {
 	c.checkTraffic([]*testbed.Endpoint{c1, c4}, false)
 	t.Logf("h4 joined; c1 and c4 reach each other")
 
-	// 2. h2's plugin restarts (SIGTERM, as docker plugin disable does).
+	// 2. h2's plugin restarts (SIGTERM, as docker plugin disable does),
+	// and finds no filter table to take over, as after an upgrade from
+	// 0.1.0: its sandbox's entries say whom to admit.
 	if err := h2.Plugin.HoldSandboxes(); err != nil {
 		t.Fatal(err)
 	}
 	if err := h2.Plugin.Stop(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := testbed.DelNftTable(h2.NS.Path(), vxlanfilter.DefaultTable); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Restart(h2); err != nil {
