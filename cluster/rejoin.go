@@ -173,7 +173,14 @@ func (c *Cluster) probeGone() {
 }
 
 // goneCandidates lists the gossip addresses of former members (seen as
-// members within candidateTTL) that are not alive members.
+// members within candidateTTL) that are not alive members, and that no
+// node is named after.
+//
+// memberlist's Ping of an address without a node name looks the address's
+// host up as a node name, and reads that node's protocol versions after
+// releasing its lock (memberlist v0.7.0 net.go rawSendMsgPacket), racing
+// with the alive message that updates them: exactly when a node named by
+// its IP comes back. Such a node is left to the rejoin round.
 func (c *Cluster) goneCandidates() []netip.AddrPort {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -188,9 +195,11 @@ func (c *Cluster) goneCandidates() []netip.AddrPort {
 		if cand.kinds&candSeen == 0 {
 			continue
 		}
-		if a, err := netip.ParseAddrPort(s); err == nil && !alive[a] && s != c.selfAddr {
-			out = append(out, a)
+		a, err := netip.ParseAddrPort(s)
+		if err != nil || alive[a] || s == c.selfAddr || c.st.members[a.Addr().String()] != nil {
+			continue
 		}
+		out = append(out, a)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"testing"
 	"testing/synctest"
@@ -266,4 +267,24 @@ func TestRestartNewEpochClears(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A gone member named by its IP is not pinged by address: memberlist's
+// nameless Ping looks the address up as a node name and reads that node
+// unlocked, racing with its coming back alive (seen under -race in
+// cmd's TestRestartKeepsEncryptedNetwork). The rejoin round reaches it.
+func TestGoneMemberNamedByItsIPIsNotPinged(t *testing.T) {
+	c := &Cluster{st: newState("self", netip.MustParseAddr("192.0.2.1"), 1, time.Minute, time.Minute, slog.New(slog.DiscardHandler)),
+		cands: map[string]*candidate{}, selfAddr: "192.0.2.1:7947"}
+	named := netip.MustParseAddrPort("192.0.2.2:7947")
+	other := netip.MustParseAddrPort("192.0.2.3:7947")
+	now := time.Now()
+	for name, a := range map[string]netip.AddrPort{"192.0.2.2": named, "host3-192.0.2.3": other} {
+		c.st.memberUp(name, a, nil, now)
+		c.st.memberDown(name, now)
+		c.cands[a.String()] = &candidate{kinds: candSeen}
+	}
+	if got := c.goneCandidates(); len(got) != 1 || got[0] != other {
+		t.Fatalf("candidates %v, want only %v", got, other)
+	}
 }
