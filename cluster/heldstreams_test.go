@@ -41,7 +41,7 @@ func TestScreenBoundsHeldStreams(t *testing.T) {
 		t.Fatalf("memberlist got a held stream from %v", c.RemoteAddr())
 	default:
 	}
-	user := append([]byte{mlUser}, bytes.Repeat([]byte{0x42}, 100)...)
+	user := plainUser(t, bytes.Repeat([]byte{0x42}, 100))
 	near, far := net.Pipe()
 	go func() { far.Write(user); far.Close() }()
 	ft.streams <- near
@@ -94,12 +94,21 @@ func heldConnections(t *testing.T, key []byte) {
 		}
 	}()
 	// From 50 loopback addresses, 10 each: past 8 from one address, and
-	// past maxPendingStreams from strangers, they are closed at once.
+	// past maxPendingStreams from strangers, they are closed at once. Every
+	// other one sends the start of a message and stops: a type byte that
+	// memberlist would take (without a key it once took the stream).
+	start := []byte{mlUser}
+	if key != nil {
+		start = []byte{mlEncrypt, 0, 0}
+	}
 	for i := range held {
 		src := &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+i%50))}
 		c, err := (&net.Dialer{LocalAddr: src}).Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			t.Fatalf("connection %d: %v", len(conns), err)
+		}
+		if i%2 == 1 {
+			c.Write(start) // refused at once over the bound: no matter
 		}
 		conns = append(conns, c)
 	}

@@ -54,6 +54,9 @@ func reject(r Reason, format string, args ...any) *rejection {
 	return &rejection{r, fmt.Errorf(format, args...)}
 }
 
+// A rejection is an error where a stream's parsing fails (mlstream.go).
+func (r *rejection) Error() string { return fmt.Sprintf("%v: %v", r.reason, r.err) }
+
 // checkPacket says whether memberlist may take a datagram, in the order
 // memberlist handles one (ingestPacket, handleCommand): label header,
 // decryption with the cluster key if there is one, CRC, then the message
@@ -146,21 +149,26 @@ func splitCompound(buf []byte) ([][]byte, error) {
 	return parts, nil
 }
 
-// streamTypes are the message types memberlist reads from a stream (after
-// decryption): handleConn takes user, push/pull and ping messages; a
-// dialer reads a push/pull answer, an ack or an error.
-var streamTypes = map[byte]bool{mlUser: true, mlPushPull: true, mlPing: true, mlAckResp: true, mlErr: true}
+// requestTypes are the message types memberlist takes on an accepted
+// stream (after decryption): handleConn takes user, push/pull and ping
+// messages, and logs any other as an ERROR. answerTypes are those it reads
+// on a stream it dialed: a push/pull answer, an ack or an error.
+var (
+	requestTypes = map[byte]bool{mlUser: true, mlPushPull: true, mlPing: true}
+	answerTypes  = map[byte]bool{mlPushPull: true, mlAckResp: true, mlErr: true}
+)
 
-// checkStreamType checks the type of a stream's (decrypted) message, as
-// readStream and handleConn do. Like datagrams, compressed streams are
-// refused: readStream would inflate one up to 40 MiB.
-func checkStreamType(t byte) *rejection {
+// checkStreamType checks the type of a stream's (decrypted) message
+// against types, as readStream and handleConn or memberlist's dialers do.
+// Like datagrams, compressed streams are refused: readStream would inflate
+// one up to 40 MiB.
+func checkStreamType(t byte, types map[byte]bool) *rejection {
 	switch {
 	case t == mlCompress:
 		return reject(RejectCompressed, "compressed stream")
 	case t == mlHasLabel:
 		return reject(RejectUnknownType, "labelled stream (this cluster uses no memberlist label)")
-	case !streamTypes[t]:
+	case !types[t]:
 		return reject(RejectUnknownType, "stream of message type %d", t)
 	}
 	return nil

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +23,9 @@ import (
 //
 // Datagrams are checked by one goroutine between the transport's channel
 // and memberlist's. An accepted stream is checked before memberlist gets
-// it, by a goroutine of its own, which gives it headWait to send its first
-// message. At most maxPendingPerSource streams from one address wait so at
+// it, by a goroutine of its own, which gives it headWait to send its whole
+// first message, with a key or without (without, memberlist would take a
+// stream after its type byte and wait out its own timeout). At most maxPendingPerSource streams from one address wait so at
 // once (a transport without addresses, as in tests, has no such bound),
 // and maxPendingStreams in all from addresses that are not members';
 // the rest are closed at once. So connections held open to the gossip
@@ -186,7 +186,7 @@ func (g *screenTransport) checkAccepted(c net.Conn, a admitted) {
 		c.Close()
 		return
 	}
-	head, err := g.readHead(c)
+	head, err := g.readHead(c, true)
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -289,7 +289,7 @@ func (c *checkedConn) pendingOK(err error) error {
 func (c *checkedConn) Read(p []byte) (int, error) {
 	if !c.checked {
 		c.checked = true
-		c.pending, c.err = c.g.readHead(c.Conn)
+		c.pending, c.err = c.g.readHead(c.Conn, false)
 	}
 	if c.err != nil {
 		return 0, c.err
@@ -302,55 +302,74 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
-// readHead reads and checks the start of a stream, as readStream reads it:
-// the type byte and, in an encrypted cluster, the whole encrypted message
-// (length-prefixed, at most mlMaxStreamPayload, which memberlist would
-// read as well). It returns what it read, or io.EOF once it reported a
-// refusal.
-func (g *screenTransport) readHead(conn net.Conn) ([]byte, error) {
-	head := make([]byte, 1, 5)
-	if _, err := io.ReadFull(conn, head); err != nil {
+// readHead reads and checks the start of a stream, as memberlist would
+// read it: the type byte and, in an encrypted cluster, the whole encrypted
+// message (length-prefixed, at most mlMaxStreamPayload, which memberlist
+// would read as well). An accepted stream's plaintext message is read
+// whole too (mlstream.go), so that memberlist gets no stream before its
+// first message is in, whether or not the cluster has a key; a dialed
+// stream's answer is memberlist's to read, under its deadline. readHead
+// returns what it read, or io.EOF once it reported a refusal; an error of
+// the conn (a timeout, a stream closed or empty) is returned as it is.
+func (g *screenTransport) readHead(conn net.Conn, accepted bool) ([]byte, error) {
+	h := &headReader{r: conn, max: maxHead}
+	types := answerTypes
+	if accepted {
+		types = requestTypes
+	}
+	t, err := h.take(1)
+	if err != nil {
 		return nil, err
 	}
 	if g.key == nil {
-		if head[0] == mlEncrypt {
+		if t[0] == mlEncrypt {
 			return nil, g.refuseStream(conn, reject(RejectDecrypt, "encrypted stream, and this cluster has no key"))
 		}
-		if err := g.refuseStream(conn, checkStreamType(head[0])); err != nil {
+		if err := g.refuseStream(conn, checkStreamType(t[0], types)); err != nil {
 			return nil, err
 		}
-		return head, nil
+		if accepted {
+			if err := h.plainMessage(t[0]); err != nil {
+				return nil, g.headError(conn, err)
+			}
+		}
+		return h.buf, nil
 	}
-	if head[0] != mlEncrypt {
+	if t[0] != mlEncrypt {
 		return nil, g.refuseStream(conn, reject(RejectPlain, "plaintext stream in an encrypted cluster"))
 	}
-	head = head[:5]
-	if _, err := io.ReadFull(conn, head[1:]); err != nil {
-		if err == io.ErrUnexpectedEOF || err == io.EOF {
-			return nil, g.refuseStream(conn, reject(RejectMalformed, "encrypted stream cut short"))
-		}
-		return nil, err
+	aad, payload, err := h.encryptedMessage()
+	if err != nil {
+		return nil, g.headError(conn, err)
 	}
-	n := binary.BigEndian.Uint32(head[1:])
-	if n > mlMaxStreamPayload {
-		return nil, g.refuseStream(conn, reject(RejectMalformed, "encrypted stream of %d bytes", n))
-	}
-	msg := make([]byte, 5+int(n))
-	copy(msg, head)
-	if _, err := io.ReadFull(conn, msg[5:]); err != nil {
-		if err == io.ErrUnexpectedEOF {
-			return nil, g.refuseStream(conn, reject(RejectMalformed, "encrypted stream cut short"))
-		}
-		return nil, err
-	}
-	plain, err := openPayload(g.key, msg[5:], msg[:5])
+	plain, err := openPayload(g.key, payload, aad)
 	if err != nil {
 		return nil, g.refuseStream(conn, reject(RejectDecrypt, "stream: %v", err))
 	}
-	if err := g.refuseStream(conn, checkStreamType(plain[0])); err != nil {
+	if err := g.refuseStream(conn, checkStreamType(plain[0], types)); err != nil {
 		return nil, err
 	}
-	return msg, nil
+	return h.buf, nil
+}
+
+// maxHead bounds what readHead reads: an encrypted message's type, length
+// and payload; a plaintext first message, whose parts memberlist bounds
+// one by one, is held to the same.
+const maxHead = 5 + mlMaxStreamPayload
+
+// headError reports a first message that is malformed, too long or cut
+// short, and returns the conn's other errors as they are.
+func (g *screenTransport) headError(conn net.Conn, err error) error {
+	var r *rejection
+	switch {
+	case errors.As(err, &r):
+		return g.refuseStream(conn, r)
+	case errors.Is(err, errHeadTooLong):
+		return g.refuseStream(conn, reject(RejectMalformed, "first message over %d bytes", maxHead))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return g.refuseStream(conn, reject(RejectMalformed, "stream cut short"))
+	}
+	return err
 }
 
 // refuseStream reports r, if any, and turns it into the io.EOF memberlist

@@ -153,7 +153,7 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 			if n := rs.get(RejectCompressed); n != 5 {
 				t.Fatalf("%d compressed inputs refused, want 5", n)
 			}
-			user := frame(append([]byte{mlUser}, bytes.Repeat([]byte{0x42}, 5000)...))
+			user := frame(plainUser(t, bytes.Repeat([]byte{0x42}, 5000)))
 			near2, far2 := net.Pipe()
 			go func() { far2.Write(user); far2.Close() }()
 			ft.streams <- near2
@@ -337,5 +337,58 @@ func TestScreenPassesAStreamWhosePeerClosed(t *testing.T) {
 	}
 	if b := readAll(got); !bytes.Equal(b, user) {
 		t.Fatalf("read back %d bytes, sent %d", len(b), len(user))
+	}
+}
+
+// Without a key, an accepted stream also reaches memberlist only with its
+// whole first message in: not one that sends a type byte and stops (it
+// held one of memberlist's goroutines for its 10 s, past every bound),
+// not one of a type memberlist only reads on a stream it dialed (it logged
+// an ERROR line each). A dialed stream may answer with those.
+func TestScreenAcceptedPlaintextStreams(t *testing.T) {
+	ft, rs := newFakeTransport(), &refusals{}
+	g := newScreenTransport(ft, nil, rs.refuse, nil)
+	g.headWait = 200 * time.Millisecond
+	defer g.Shutdown()
+	send := func(data []byte, hold bool) {
+		near, far := net.Pipe()
+		go func() {
+			far.Write(data)
+			if !hold {
+				far.Close()
+			}
+		}()
+		t.Cleanup(func() { far.Close() })
+		ft.streams <- near
+	}
+	send([]byte{mlAckResp}, false)
+	send([]byte{mlErr}, false)
+	rs.wait(t, RejectUnknownType, 2)
+	for _, typ := range []byte{mlUser, mlPushPull, mlPing} {
+		send([]byte{typ}, true)
+	}
+	send(plainUser(t, make([]byte, 1000))[:500], true)
+	rs.wait(t, RejectStreamIdle, 4)
+	select {
+	case c := <-g.StreamCh():
+		t.Fatalf("memberlist got a stream: %x", readAll(c))
+	default:
+	}
+	pp := testPushPull(t, bytes.Repeat([]byte{1}, 3000))
+	send(pp, false)
+	if got := readAll(<-g.StreamCh()); !bytes.Equal(got, pp) {
+		t.Fatalf("a push/pull read back as %d bytes, sent %d", len(got), len(pp))
+	}
+	conn, err := g.DialAddressTimeout(memberlist.Address{Addr: "203.0.113.66:7947"}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := plainStream(mlAckResp, msgpack(t, map[string]any{"SeqNo": 1, "Payload": nil}))
+	go func() { r := <-ft.remote; r.Write(ack); r.Close() }()
+	if got := readAll(conn); !bytes.Equal(got, ack) {
+		t.Fatalf("an ack answer read back as %x, sent %x", got, ack)
+	}
+	if n := rs.get(RejectUnknownType) + rs.get(RejectMalformed); n != 2 {
+		t.Errorf("%d streams refused as of an unknown type or malformed, want 2", n)
 	}
 }
