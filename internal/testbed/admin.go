@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 )
 
@@ -38,4 +40,35 @@ func (p *Plugin) AdminJSON(path string, v any) error {
 		return fmt.Errorf("admin GET %s on %s: decode: %w: %.300s", path, p.Host.Name, err, body)
 	}
 	return nil
+}
+
+// Metric reads one series of the plugin's Prometheus metrics (GET /metrics
+// on the admin socket), named as the exposition prints it, labels and all:
+// `go_goroutines`, `overlay_plugin_gossip_rejected_total{reason="stream_idle"}`.
+// A series the plugin does not show is an error.
+func (p *Plugin) Metric(series string) (float64, error) {
+	body, err := p.AdminGet("/metrics")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("metrics of %s: %q: %w", p.Host.Name, line, err)
+			}
+			return f, nil
+		}
+	}
+	return 0, fmt.Errorf("metrics of %s: no series %s", p.Host.Name, series)
+}
+
+// OpenFDs counts the plugin process's open file descriptors
+// (/proc/PID/fd). The process must be running.
+func (p *Plugin) OpenFDs() (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	return len(ents), nil
 }

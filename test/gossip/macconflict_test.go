@@ -95,20 +95,9 @@ func TestMACConflict(t *testing.T) {
 // macConflicts reads overlay_plugin_peers_refused_total{reason="mac_conflict"}.
 func macConflicts(t *testing.T, n *testbed.Node) uint64 {
 	t.Helper()
-	body, err := n.Plugin.AdminGet("/metrics")
+	v, err := n.Plugin.Metric(`overlay_plugin_peers_refused_total{reason="mac_conflict"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const name = `overlay_plugin_peers_refused_total{reason="mac_conflict"} `
-	for line := range strings.Lines(string(body)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name); ok {
-			var count uint64
-			if _, err := fmt.Sscan(v, &count); err != nil {
-				t.Fatalf("%s: %q: %v", n.Name, line, err)
-			}
-			return count
-		}
-	}
-	t.Fatalf("%s: no %s in the metrics", n.Name, name)
-	return 0
+	return uint64(v)
 }
