@@ -36,12 +36,12 @@ var (
 // bed is a namespace with the addresses above on its loopback, a filter
 // in it, and a UDP socket on the VXLAN port of each family.
 type bed struct {
-	t      *testing.T
-	ns     netns.NsHandle
-	f      *Filter
-	recv   map[bool]*net.UDPConn // by IPv6
-	conn   *nftables.Conn
-	vniSeq uint32
+	t    *testing.T
+	ns   netns.NsHandle
+	f    *Filter
+	recv map[bool]*net.UDPConn // by IPv6
+	conn *nftables.Conn
+	seq  byte // the last datagram's number
 }
 
 func newBed(t *testing.T) *bed {
@@ -81,14 +81,17 @@ func newBed(t *testing.T) *bed {
 }
 
 // send sends one VXLAN-shaped datagram of vni from src to the host's
-// address of src's family, and reports whether it arrived.
-func (b *bed) send(src netip.Addr, vni uint32) bool {
+// address of src's family, and reports whether it arrived within wait.
+// Each carries a number of its own: a late one of an earlier send is
+// skipped.
+func (b *bed) send(src netip.Addr, vni uint32, wait time.Duration) bool {
 	b.t.Helper()
 	dst := host
 	if src.Is6() {
 		dst = host6
 	}
-	msg := []byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0, 0xee}
+	b.seq++
+	msg := []byte{0x08, 0, 0, 0, byte(vni >> 16), byte(vni >> 8), byte(vni), 0, b.seq}
 	err := testns.Do(b.ns, func() error {
 		c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0)),
 			net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, port)))
@@ -104,18 +107,23 @@ func (b *bed) send(src netip.Addr, vni uint32) bool {
 	}
 	l := b.recv[src.Is6()]
 	buf := make([]byte, 64)
-	l.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	n, from, err := l.ReadFromUDPAddrPort(buf)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return false
+	l.SetReadDeadline(time.Now().Add(wait))
+	for {
+		n, from, err := l.ReadFromUDPAddrPort(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return false
+		}
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if n == len(msg) && buf[n-1] != b.seq {
+			continue // an earlier send's, late
+		}
+		if from.Addr().Unmap() != src || n != len(msg) {
+			b.t.Fatalf("got %d bytes from %v, want %d from %v", n, from, len(msg), src)
+		}
+		return true
 	}
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if from.Addr().Unmap() != src || n != len(msg) {
-		b.t.Fatalf("got %d bytes from %v, want %d from %v", n, from, len(msg), src)
-	}
-	return true
 }
 
 func (b *bed) status() Status {
@@ -127,9 +135,16 @@ func (b *bed) status() Status {
 	return st
 }
 
+// expect sends a datagram and checks its fate: one that should arrive
+// has seconds to (a loaded machine under the race detector is slow), one
+// that should be dropped is given a moment to arrive all the same.
 func (b *bed) expect(src netip.Addr, vni uint32, admitted bool) {
 	b.t.Helper()
-	if got := b.send(src, vni); got != admitted {
+	wait := 300 * time.Millisecond
+	if admitted {
+		wait = 5 * time.Second
+	}
+	if got := b.send(src, vni, wait); got != admitted {
 		b.t.Fatalf("VNI %d from %v: admitted %v, want %v (status %+v)", vni, src, got, admitted, b.status())
 	}
 }
