@@ -74,7 +74,7 @@ var rejectionWhy = map[string]string{
 	"wire_version":    "a node speaks no gossip wire version this node does: it runs a release too old or too new to mix with this one",
 	"vtep":            "records whose VTEP is not their owner's address arrive: a node advertises another address than it gossips from (check --advertise-addr)",
 	"foreign_owner":   "records for endpoints owned by another node arrive: two nodes share a node name or an endpoint",
-	"unknown_type":    "gossip messages of an unknown type arrive: a node runs a newer release that this one cannot read",
+	"unknown_type":    "gossip messages of an unknown type arrive: a node runs a newer release that this one cannot read, or something that is no node talks to the gossip port",
 	"decode":          "malformed gossip arrives on the gossip port",
 	"compressed":      "compressed gossip arrives, which this node refuses",
 	"misdirected":     "gossip meant for another node arrives",
