@@ -98,9 +98,6 @@ func New(conn *nftables.Conn, table string) *Filter {
 	return &Filter{table: &nftables.Table{Name: table, Family: nftables.TableFamilyINet}, conn: conn, b: newBooks()}
 }
 
-// Table returns the table's name.
-func (f *Filter) Table() string { return f.table.Name }
-
 func vniKey(vni uint32) []byte { return []byte{byte(vni >> 16), byte(vni >> 8), byte(vni)} }
 
 func (f *Filter) sets() (vnis, v4, v6 *nftables.Set) {
