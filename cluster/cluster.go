@@ -309,6 +309,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.st.port = cfg.Settings.VXLANPort
 	c.st.restartGrace = max(cfg.RestartGrace, cfg.DeadGrace)
+	c.st.settle = settleIntervals * cfg.SyncInterval
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)
 	c.adv, c.epoch, c.nodeData, c.settings = adv, epoch, cfg.NodeData, cfg.Settings
@@ -335,7 +336,11 @@ func New(cfg Config) (*Cluster, error) {
 	mc.Transport = cfg.Transport
 	if cfg.SecretKey != nil {
 		mc.SecretKey = append([]byte(nil), cfg.SecretKey...)
-		mc.GossipVerifyIncoming = true
+		// The screen (screen.go) decrypts and checks every datagram and
+		// every stream's message, and hands memberlist the plaintext:
+		// memberlist must take it as such rather than decrypt it again.
+		// It never sees input the screen did not check.
+		mc.GossipVerifyIncoming = false
 		mc.GossipVerifyOutgoing = true
 	}
 	mc.Logger = log.New(&mlLogWriter{log: lg.With("component", "memberlist"), reject: c.reject, stopping: c.closed.Load,
@@ -620,7 +625,7 @@ func (c *Cluster) Publish(networkID string, p peerdb.Peer) {
 		return
 	}
 	c.mu.Lock()
-	err := c.st.publish(networkID, p)
+	err := c.st.publish(networkID, p, c.clock())
 	c.flushLocked()
 	c.mu.Unlock()
 	if err != nil {
@@ -929,6 +934,8 @@ type Stats struct {
 	AcceptedFromSync         uint64 // remote updates applied from anti-entropy
 	Ignored                  uint64 // endpoint records of networks this node does not have
 	Stale                    uint64 // remote updates older than or equal to what we hold
+	Received                 Paths  // remote records received, by path
+	StaleFrom                Paths  // the Stale ones, by path: duplicates
 	Rejected                 uint64 // sum of the Rejected* counters and DecodeErrors: all refusals but Stale (see Rejections)
 	RejectedForeignOwner     uint64
 	RejectedVTEP             uint64
@@ -971,6 +978,8 @@ func (c *Cluster) Stats() Stats {
 		AcceptedFromState:    st.acceptedFromState,
 		AcceptedFromSync:     st.acceptedFromSync,
 		Stale:                st.stale,
+		Received:             pathsOf(st.received),
+		StaleFrom:            pathsOf(st.staleBy),
 		RejectedForeignOwner: st.rejectedOwner,
 		RejectedVTEP:         st.rejectedVTEP,
 		RejectedNotMember:    st.rejectedNotMember,

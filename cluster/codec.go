@@ -50,8 +50,10 @@ import (
 // memberlist's delegate protocol fields (New). Version 2 is release
 // 0.1.0's, its only one. Version 3 is version 2 plus kindRestart (a node
 // stopped on purpose announces its restart, restart.go) and kindSettings
-// (a node's VXLAN port and underlay MTU, settings.go); every kind
-// version 2 has is byte-identical in version 3 but for the version byte.
+// (a node's VXLAN port and underlay MTU, settings.go), and each owner
+// digest of kindSync carries the sender's high-water mark of the owner
+// (shipment.go); every other kind version 2 has is byte-identical in
+// version 3 but for the version byte.
 // A message to one node is sent at the newest version both speak, a
 // broadcast at wireBroadcast (wire.go says why), and a decoder refuses a
 // version outside its range and a kind the message's version does not
@@ -77,6 +79,7 @@ const (
 	kindSettings = 6 // version 3 on
 
 	kindRestartVersion = 3 // the version that introduced kindRestart
+	wireSyncMarks      = 3 // the version whose sync owner digests carry a high-water mark (shipment.go)
 
 	flagDeleted = 1
 	flagMember  = 2
@@ -214,7 +217,7 @@ func encodeRecord(e *encoder, r *record, owner uint64, now time.Time) {
 	e.uvarint(r.Version.Epoch)
 	e.uvarint(r.Version.Seq)
 	if r.Deleted {
-		age := max(now.Sub(r.DeletedAt.time()), 0)
+		age := max(now.Sub(r.At.time()), 0)
 		e.uvarint(uint64(age / time.Millisecond))
 		return
 	}
@@ -339,7 +342,7 @@ func decodeMessage(buf []byte, now time.Time) (*message, error) {
 // wireMin..hi (a *versionError otherwise). Each record is checked with
 // validate; the first problem fails the whole message (a peer that sends
 // garbage gets none of its message applied). Tombstone ages are turned
-// into DeletedAt on now's clock.
+// into At on now's clock.
 func decodeMessageUpTo(buf []byte, now time.Time, hi byte) (*message, error) {
 	d := decoder{b: buf}
 	if d.byte() != wireMagic || d.err != nil {
@@ -363,7 +366,7 @@ func decodeMessageUpTo(buf []byte, now time.Time, hi byte) (*message, error) {
 	case kindRecords, kindState, kindPush:
 	case kindSync:
 		m.from = d.str()
-		m.syncs = d.syncs()
+		m.syncs = d.syncs(v)
 	case kindRestart, kindSettings:
 		m.from = d.str()
 		m.epoch = d.uvarint()
@@ -397,8 +400,8 @@ func decodeMessageUpTo(buf []byte, now time.Time, hi byte) (*message, error) {
 	return m, nil
 }
 
-// syncs reads the digests of a kindSync message.
-func (d *decoder) syncs() []syncEntry {
+// syncs reads the digests of a kindSync message of version v.
+func (d *decoder) syncs(v byte) []syncEntry {
 	out := make([]syncEntry, d.count(3))
 	for i := range out {
 		e := &out[i]
@@ -411,6 +414,9 @@ func (d *decoder) syncs() []syncEntry {
 			e.groups = make([]ownerDigest, d.count(10))
 			for j := range e.groups {
 				e.groups[j] = ownerDigest{owner: d.str(), d: d.digest()}
+				if v >= wireSyncMarks {
+					e.groups[j].hw = Version{Epoch: d.uvarint(), Seq: d.uvarint()}
+				}
 			}
 		default:
 			d.fail(fmt.Errorf("unknown sync level %d", e.level))
@@ -485,6 +491,10 @@ func encodeSync(v byte, from string, syncs []syncEntry, recs []*record, now time
 		for _, g := range s.groups {
 			e.str(g.owner)
 			e.digest(g.d)
+			if v >= wireSyncMarks {
+				e.uvarint(g.hw.Epoch)
+				e.uvarint(g.hw.Seq)
+			}
 		}
 	}
 	e.records(recs, now)
@@ -526,7 +536,7 @@ func (d *decoder) records(now time.Time) ([]*record, error) {
 				if ms > math.MaxInt64/uint64(time.Millisecond) {
 					ms = math.MaxInt64 / uint64(time.Millisecond)
 				}
-				r.DeletedAt = instantOf(now.Add(-time.Duration(ms) * time.Millisecond))
+				r.At = instantOf(now.Add(-time.Duration(ms) * time.Millisecond))
 			case !r.Member:
 				if len(d.b) < 6 {
 					d.fail(errTruncated)

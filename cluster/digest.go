@@ -164,25 +164,30 @@ func (s *state) ownerDigest(nid, owner string) digest {
 	return digest{}
 }
 
-// groupRecords returns the records of nid in any of groups, tombstones
-// included, for a peer whose digests of them differ.
-func (s *state) groupRecords(nid string, groups []string) []*record {
-	want := make(map[string]bool, len(groups))
-	for _, g := range groups {
-		want[g] = true
+// raiseMark accounts endpoint record r (live or a tombstone) in its
+// owner's high-water mark of its network.
+func (s *state) raiseMark(r *record) {
+	if r.Member {
+		return
 	}
-	var out []*record
-	if want[memberGroup] {
-		for _, r := range s.netm[nid] {
-			if s.counted(r) {
-				out = append(out, r)
-			}
-		}
+	owners := s.marks[r.NetworkID]
+	if owners == nil {
+		owners = map[string]Version{}
+		s.marks[r.NetworkID] = owners
 	}
-	for _, r := range s.nets[nid] {
-		if want[r.Owner] {
-			out = append(out, r)
-		}
+	if r.Version.Compare(owners[r.Owner]) > 0 {
+		owners[r.Owner] = r.Version
 	}
-	return out
+}
+
+// mark is the highest version of owner's endpoint records of nid this
+// node took in, tombstones included (zero: none). It never goes down
+// while the owner and the network are known here, even when records
+// expire: a peer that takes it for too high ships more, never less
+// (sync.go).
+func (s *state) mark(nid, owner string) Version {
+	if owner == memberGroup {
+		return Version{}
+	}
+	return s.marks[nid][owner]
 }

@@ -59,8 +59,13 @@
 // pushed all of the owner's records there. Nothing is relayed, and record
 // traffic never waits in memberlist's packet queue behind failure
 // detection. Anti-entropy compares per-network digests with one random
-// member per network every SyncInterval and ships only the records of the
-// owners that differ (sync.go). Memberships are broadcast through a
+// member per network every SyncInterval and, for the owners that differ,
+// ships only what the other side likely lacks: records above its
+// high-water mark of the owner, and none this node took in less than two
+// intervals ago, which the owner's push is still bringing (sync.go,
+// shipment.go). So a record reaches each member about once: in a
+// 100-host rollout the first version shipped each about 7 times more by
+// anti-entropy than by push. Memberships are broadcast through a
 // memberlist.TransmitLimitedQueue, relayed once by every node that
 // accepts them, pushed to the network's members, and carried by
 // memberlist's push/pull. Nodes that fail or leave keep their records for
@@ -87,7 +92,10 @@
 //
 // With a secret key all gossip is encrypted and authenticated (AES-GCM); a
 // node without it can neither join nor inject records. Without one the
-// cluster runs with unauthenticated gossip and warns at start. Either way
+// cluster runs with unauthenticated gossip and warns at start. The screen
+// (screen.go) decrypts and checks each datagram and each stream's message
+// before memberlist sees it, and hands memberlist the plaintext, so each
+// is decrypted once. Either way
 // memberlist-compressed input is refused before memberlist sees it (a
 // 31 KB datagram inflated to 40 MiB); this package never sends it. Every
 // refusal is counted by reason (Stats, reject.go) and logged at a bounded

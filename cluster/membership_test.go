@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"time"
+
 	"fmt"
 	"net/netip"
 	"slices"
@@ -40,7 +42,7 @@ func TestMembershipScopesRecords(t *testing.T) {
 	s.apply(liveRec(netA, "old", "a", "10.0.0.1", "192.168.0.1", Version{20, 2}), srcPush, t0)
 	s.apply(liveRec(netA, "new", "a", "10.0.0.1", "192.168.0.2", Version{20, 9}), srcPush, t0)
 	s.takeDirty()
-	left := &record{NetworkID: netA, EndpointID: memberEID("a"), Owner: "a", Member: true, Version: Version{20, 5}, Deleted: true, DeletedAt: instantOf(t0)}
+	left := &record{NetworkID: netA, EndpointID: memberEID("a"), Owner: "a", Member: true, Version: Version{20, 5}, Deleted: true, At: instantOf(t0)}
 	if !s.apply(left, srcGossip, t0) {
 		t.Fatal("membership tombstone not applied")
 	}
@@ -60,7 +62,7 @@ func TestMembershipScopesRecords(t *testing.T) {
 func TestJoinLeaveNetwork(t *testing.T) {
 	s := newState("a", netip.MustParseAddr("10.0.0.1"), 100, grace, ttl, testLogger())
 	join(s, "b", "10.0.0.2", t0)
-	if err := s.publish(netA, peer("e1", "192.168.0.1", 1)); err != nil {
+	if err := s.publish(netA, peer("e1", "192.168.0.1", 1), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if !s.interested(netA) || len(s.out) != 1 || !s.out[0].Member {
@@ -90,7 +92,7 @@ func TestEpochBumpToLimitKeepsOwnRecords(t *testing.T) {
 	if s.epoch != maxSaneEpoch {
 		t.Fatalf("epoch %d, want %d", s.epoch, uint64(maxSaneEpoch))
 	}
-	if err := s.publish(netA, peer("e1", "192.168.0.1", 1)); err != nil {
+	if err := s.publish(netA, peer("e1", "192.168.0.1", 1), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	mine := s.get(key{netA, "e1"}).clone()
@@ -118,8 +120,8 @@ func syncPair() (a, b *state) {
 // equal states exchange one message each way and nothing more.
 func TestAnswerSyncConverges(t *testing.T) {
 	a, b := syncPair()
-	a.publish(netA, peer("a1", "192.168.0.1", 1))
-	b.publish(netA, peer("b1", "192.168.0.2", 2))
+	a.publish(netA, peer("a1", "192.168.0.1", 1), time.Time{})
+	b.publish(netA, peer("b1", "192.168.0.2", 2), time.Time{})
 	c1 := liveRec(netA, "c1", "c", "10.0.0.3", "192.168.0.3", Version{7, 1})
 	c2 := liveRec(netA, "c2", "c", "10.0.0.3", "192.168.0.4", Version{7, 2})
 	a.apply(c1.clone(), srcPush, t0)
@@ -141,12 +143,12 @@ func TestAnswerSyncConverges(t *testing.T) {
 		for _, r := range m.recs {
 			m.to.apply(r.clone(), srcSync, t0)
 		}
-		entries, recs := m.to.answerSync(m.entries)
+		other := a
+		if m.to == a {
+			other = b
+		}
+		entries, recs := m.to.answerSync(other.self, m.entries, time.Time{})
 		if len(entries) > 0 || len(recs) > 0 {
-			other := a
-			if m.to == a {
-				other = b
-			}
 			msgs = append(msgs, struct {
 				to      *state
 				entries []syncEntry
@@ -168,7 +170,7 @@ func TestAnswerSyncConverges(t *testing.T) {
 			t.Errorf("%s lacks a1 or b1", s.self)
 		}
 	}
-	if entries, recs := b.answerSync([]syncEntry{{nid: netA, level: syncNetwork, sum: a.networkDigest(netA)}}); len(entries)+len(recs) != 0 {
+	if entries, recs := b.answerSync("a", []syncEntry{{nid: netA, level: syncNetwork, sum: a.networkDigest(netA)}}, time.Time{}); len(entries)+len(recs) != 0 {
 		t.Errorf("equal digests answered with %d entries, %d records", len(entries), len(recs))
 	}
 }
@@ -181,13 +183,13 @@ func TestAnswerSyncSkipsOwnersNotAlive(t *testing.T) {
 	a.apply(liveRec(netA, "c1", "c", "10.0.0.3", "192.168.0.3", Version{7, 1}), srcPush, t0)
 	b.memberDown("c", t0) // b takes c for gone; a does not
 	in := []syncEntry{{nid: netA, level: syncCompare, groups: a.ownerDigests(netA)}}
-	_, recs := b.answerSync(in)
+	_, recs := b.answerSync("a", in, time.Time{})
 	for _, r := range recs {
 		if r.Owner == "c" {
 			t.Errorf("b answered with c's record %s, c being gone for b", r.EndpointID)
 		}
 	}
-	_, recs = a.answerSync([]syncEntry{{nid: netA, level: syncCompare, groups: b.ownerDigests(netA)}})
+	_, recs = a.answerSync("b", []syncEntry{{nid: netA, level: syncCompare, groups: b.ownerDigests(netA)}}, time.Time{})
 	for _, r := range recs {
 		if r.Owner == "c" && !r.Member {
 			t.Errorf("a shipped c's record %s to a node that does not list c", r.EndpointID)

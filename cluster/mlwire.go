@@ -61,27 +61,29 @@ func (r *rejection) Error() string { return fmt.Sprintf("%v: %v", r.reason, r.er
 // memberlist handles one (ingestPacket, handleCommand): label header,
 // decryption with the cluster key if there is one, CRC, then the message
 // types, compounds opened. Compression sits inside the encryption, so the
-// datagram is decrypted here (a copy; memberlist decrypts again) to see
-// it. A compressed message is refused whatever it holds: this cluster
-// never sends one (EnableCompression is off), and memberlist would inflate
-// it up to 40 MiB, some thousand times its size, before looking at it.
-func checkPacket(buf []byte, key []byte) *rejection {
+// datagram is decrypted here to see it; what memberlist gets is the
+// plaintext (returned), which it takes as it is (GossipVerifyIncoming is
+// off, New): each datagram is decrypted once. A compressed message is
+// refused whatever it holds: this cluster never sends one
+// (EnableCompression is off), and memberlist would inflate it up to 40
+// MiB, some thousand times its size, before looking at it.
+func checkPacket(buf []byte, key []byte) ([]byte, *rejection) {
 	if len(buf) > 0 && buf[0] == mlHasLabel {
-		return reject(RejectUnknownType, "labelled packet (this cluster uses no memberlist label)")
+		return nil, reject(RejectUnknownType, "labelled packet (this cluster uses no memberlist label)")
 	}
 	if key == nil {
-		return checkPlain(buf)
+		return buf, checkPlain(buf)
 	}
 	plain, err := openPayload(key, buf, nil)
 	if err == nil {
-		return checkPlain(plain)
+		return plain, checkPlain(plain)
 	}
 	// A well-formed plaintext packet is one: unless it begins with 0 or 1,
 	// the encryption versions, which a ping (0) without checksum shares.
 	if len(buf) > 0 && buf[0] > 1 && checkPlain(buf) == nil {
-		return reject(RejectPlain, "plaintext packet in an encrypted cluster")
+		return nil, reject(RejectPlain, "plaintext packet in an encrypted cluster")
 	}
-	return reject(RejectDecrypt, "packet: %v", err)
+	return nil, reject(RejectDecrypt, "packet: %v", err)
 }
 
 // checkPlain checks a plaintext packet: an optional checksum, then a

@@ -119,8 +119,12 @@ func TestCheckPacket(t *testing.T) {
 		{"another key", seal(t, bytes.Repeat([]byte{8}, 32), ping, nil), testKey, RejectDecrypt},
 		{"garbage in an encrypted cluster", bytes.Repeat([]byte{0xee}, 60), testKey, RejectDecrypt},
 	} {
-		r := checkPacket(c.buf, c.key)
+		plain, r := checkPacket(c.buf, c.key)
 		switch {
+		case r == nil && c.key != nil && !bytes.Equal(plain, withCRC(ping)):
+			t.Errorf("%s: memberlist would get %x, want the plaintext %x", c.name, plain, withCRC(ping))
+		case r == nil && c.key == nil && !bytes.Equal(plain, c.buf):
+			t.Errorf("%s: memberlist would get %x, want the datagram as it came", c.name, plain)
 		case c.want < 0 && r != nil:
 			t.Errorf("%s: refused (%v: %v)", c.name, r.reason, r.err)
 		case c.want >= 0 && r == nil:

@@ -54,10 +54,12 @@ type record struct {
 	EndpointID string
 	Owner      string // node name of the host holding the endpoint
 	Version    Version
-	// DeletedAt is when the endpoint was deleted, on THIS node's clock: the
-	// wire carries the tombstone's age, not a timestamp, so clock skew
-	// between nodes does not stretch or shorten tombstone lifetimes.
-	DeletedAt instant
+	// At, on THIS node's clock, is for a tombstone when the endpoint was
+	// deleted (the wire carries its age, not a timestamp, so clock skew
+	// between nodes does not stretch or shorten tombstone lifetimes), and
+	// for a live record when this node took it in (or stamped it, its
+	// own): anti-entropy leaves alone what is younger (sync.go).
+	At instant
 
 	// Live records only.
 	IPs  []netip.Addr

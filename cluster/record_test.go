@@ -11,7 +11,7 @@ import (
 // table, and an owner name with a control character went into the logs.
 func TestDecodeRefusesIdsTheDriverRefuses(t *testing.T) {
 	tomb := func(nid, eid, owner string) *record {
-		return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: Version{5, 1}, Deleted: true, DeletedAt: instantOf(t0)}
+		return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: Version{5, 1}, Deleted: true, At: instantOf(t0)}
 	}
 	for name, r := range map[string]*record{
 		"live record, forged endpoint id": liveRec("neta", "0-forged", "a", "192.168.0.1", "10.0.0.1", Version{5, 1}),

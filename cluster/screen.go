@@ -97,10 +97,15 @@ func (g *screenTransport) forwardPackets() {
 			g.drain()
 			return
 		case p := <-in:
-			if r := checkPacket(p.Buf, g.key); r != nil {
+			plain, r := checkPacket(p.Buf, g.key)
+			if r != nil {
 				g.refuse("datagram", p.From, r)
 				continue
 			}
+			// A copy: the transport may still read the one it handed over.
+			q := *p
+			q.Buf = plain
+			p = &q
 			select {
 			case g.packets <- p:
 			case <-g.done:
@@ -311,6 +316,7 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 // stream's answer is memberlist's to read, under its deadline. readHead
 // returns what it read, or io.EOF once it reported a refusal; an error of
 // the conn (a timeout, a stream closed or empty) is returned as it is.
+// In an encrypted cluster what it returns is the message decrypted.
 func (g *screenTransport) readHead(conn net.Conn, accepted bool) ([]byte, error) {
 	h := &headReader{r: conn, max: maxHead}
 	types := answerTypes
@@ -349,7 +355,11 @@ func (g *screenTransport) readHead(conn net.Conn, accepted bool) ([]byte, error)
 	if err := g.refuseStream(conn, checkStreamType(plain[0], types)); err != nil {
 		return nil, err
 	}
-	return h.buf, nil
+	// memberlist gets the plaintext message (its type, then its body) and
+	// takes it as it is: GossipVerifyIncoming is off (New), since every
+	// stream's first message, and a stream carries one each way, is
+	// checked here. So each is decrypted once.
+	return plain, nil
 }
 
 // maxHead bounds what readHead reads: an encrypted message's type, length

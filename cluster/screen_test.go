@@ -126,9 +126,9 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 			for _, b := range [][]byte{bomb, withCRC(bomb), compound(ping, bomb[:30000])} {
 				ft.packets <- &memberlist.Packet{Buf: wrap(b), From: attacker}
 			}
-			good := wrap(withCRC(ping))
-			ft.packets <- &memberlist.Packet{Buf: good, From: attacker}
-			if p := <-g.PacketCh(); !bytes.Equal(p.Buf, good) {
+			// memberlist gets it decrypted: it does not decrypt again.
+			ft.packets <- &memberlist.Packet{Buf: wrap(withCRC(ping)), From: attacker}
+			if p := <-g.PacketCh(); !bytes.Equal(p.Buf, withCRC(ping)) {
 				t.Fatalf("memberlist was handed %d bytes, not the ping", len(p.Buf))
 			}
 			if n := rs.get(RejectCompressed); n != 3 {
@@ -137,7 +137,7 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 
 			// An accepted stream carrying the bomb never reaches
 			// memberlist, a dialed one reads as empty; a good stream reads
-			// as it was sent.
+			// as it was sent, decrypted.
 			near, far := net.Pipe()
 			go func() { far.Write(frame(bomb)); far.Close() }()
 			ft.streams <- near
@@ -153,9 +153,9 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 			if n := rs.get(RejectCompressed); n != 5 {
 				t.Fatalf("%d compressed inputs refused, want 5", n)
 			}
-			user := frame(plainUser(t, bytes.Repeat([]byte{0x42}, 5000)))
+			user := plainUser(t, bytes.Repeat([]byte{0x42}, 5000))
 			near2, far2 := net.Pipe()
-			go func() { far2.Write(user); far2.Close() }()
+			go func() { far2.Write(frame(user)); far2.Close() }()
 			ft.streams <- near2
 			if got := readAll(<-g.StreamCh()); !bytes.Equal(got, user) {
 				t.Fatalf("a good stream read back as %d bytes, sent %d", len(got), len(user))
@@ -324,11 +324,12 @@ func TestScreenPassesAStreamWhosePeerClosed(t *testing.T) {
 	ft, rs := newFakeTransport(), &refusals{}
 	g := newScreenTransport(ft, testKey, rs.refuse, nil)
 	defer g.Shutdown()
-	// In an encrypted cluster the check reads the whole first message.
-	user := sealStream(t, testKey, append([]byte{mlUser}, bytes.Repeat([]byte{0x42}, 40)...))
+	// In an encrypted cluster the check reads the whole first message,
+	// and memberlist gets it decrypted.
+	user := append([]byte{mlUser}, bytes.Repeat([]byte{0x42}, 40)...)
 	near, far := net.Pipe()
 	done := make(chan struct{})
-	go func() { far.Write(user); far.Close(); close(done) }()
+	go func() { far.Write(sealStream(t, testKey, user)); far.Close(); close(done) }()
 	ft.streams <- near
 	got := <-g.StreamCh()
 	<-done

@@ -23,7 +23,29 @@ const (
 	srcPending               // held back until its owner joined; came by gossip
 	srcPush                  // pushed by its owner straight to this node: applied, not relayed
 	srcSync                  // anti-entropy (sync.go): applied, not relayed
+	numSources
 )
+
+// Paths counts records by the path they came by: each record received is
+// counted once, whatever became of it.
+type Paths struct {
+	Push        uint64 `json:"push"`         // pushed by their owner (push.go)
+	Gossip      uint64 `json:"gossip"`       // broadcast memberships, and records held until their owner joined
+	AntiEntropy uint64 `json:"anti_entropy"` // digest exchanges (sync.go)
+	PushPull    uint64 `json:"push_pull"`    // memberlist's push/pull state (memberships)
+}
+
+// path is the path src counts under: a held record came by gossip.
+func (src source) path() source {
+	if src == srcPending {
+		return srcGossip
+	}
+	return src
+}
+
+func pathsOf(by [numSources]uint64) Paths {
+	return Paths{Push: by[srcPush], Gossip: by[srcGossip], AntiEntropy: by[srcSync], PushPull: by[srcState]}
+}
 
 // maxPending bounds the records held for owners that are not members yet.
 const maxPending = 1 << 16
@@ -71,6 +93,9 @@ type counters struct {
 	accepted, acceptedFromState uint64
 	acceptedFromSync            uint64
 	stale                       uint64
+	// received and staleBy split records by path (srcPending counts as
+	// gossip, once: when it was held).
+	received, staleBy           [numSources]uint64
 	rejectedOwner, rejectedVTEP uint64
 	rejectedNotMember           uint64
 	retracted                   uint64 // own records of an earlier incarnation tombstoned
@@ -121,7 +146,12 @@ type state struct {
 	nets    map[string]map[string]*record // network id → endpoint id → endpoint record
 	netm    map[string]map[string]*record // network id → memberEID(owner) → membership record
 	digests map[string]map[string]*digest // network id → owner → digest of its live endpoint records
-	own     map[key]struct{}              // this node's keys (live and tombstones); others' are found by scanning
+	marks   map[string]map[string]Version // network id → owner → highest version of its endpoint records held, tombstones included (sync.go)
+	// settle is how long anti-entropy leaves a record alone after this
+	// node took it in: its owner's push is likely still on the way to
+	// the peer (sync.go).
+	settle  time.Duration
+	own     map[key]struct{} // this node's keys (live and tombstones); others' are found by scanning
 	members map[string]*member
 	pending map[string]map[key]pendingRec // owner → newest record per key
 	npend   int
@@ -156,6 +186,7 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 		nets:        map[string]map[string]*record{},
 		netm:        map[string]map[string]*record{},
 		digests:     map[string]map[string]*digest{},
+		marks:       map[string]map[string]Version{},
 		own:         map[key]struct{}{},
 		members:     map[string]*member{},
 		adverts:     map[string]advert{},
@@ -187,6 +218,7 @@ func (s *state) put(r *record) {
 		}
 	}
 	s.indexDigest(r)
+	s.raiseMark(r)
 	tbl := s.table(k)
 	recs := tbl[k.nid]
 	if recs == nil {
@@ -298,6 +330,7 @@ func (s *state) leaveNetwork(nid string, now time.Time) {
 			delete(s.dirty, key{nid, eid})
 		}
 	}
+	delete(s.marks, nid)
 	t := s.tombstone(key{nid, s.selfEID}, now)
 	s.put(t)
 	s.emit(t)
@@ -313,7 +346,7 @@ func (s *state) ownerLeft(owner, nid string, v Version, now time.Time) {
 			continue
 		}
 		k := key{nid, eid}
-		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: instantOf(now)}
+		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, At: instantOf(now)}
 		if s.visible(r) {
 			s.markDirty(k)
 		}
@@ -353,13 +386,13 @@ func (s *state) stamp() Version {
 }
 
 func (s *state) tombstone(k key, now time.Time) *record {
-	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, DeletedAt: instantOf(now),
+	return &record{NetworkID: k.nid, EndpointID: k.eid, Owner: s.self, Version: s.stamp(), Deleted: true, At: instantOf(now),
 		Member: k.eid == s.selfEID}
 }
 
 // publish records a local endpoint under this node's name with a fresh
 // version. Re-publishing identical content is a no-op.
-func (s *state) publish(nid string, p peerdb.Peer) error {
+func (s *state) publish(nid string, p peerdb.Peer, now time.Time) error {
 	ips := make([]netip.Addr, 0, len(p.IPs))
 	for _, ip := range p.IPs {
 		if ip = ip.Unmap(); !slices.Contains(ips, ip) {
@@ -385,6 +418,7 @@ func (s *state) publish(nid string, p peerdb.Peer) error {
 			"network", nid, "endpoint", p.EndpointID, "owner", cur.Owner)
 	}
 	r.Version = s.stamp()
+	r.At = instantOf(now)
 	s.put(r)
 	s.emit(r)
 	return nil
@@ -437,6 +471,9 @@ func (s *state) restartAnnounced(name string, epoch uint64) bool {
 // apply merges a remote record (decoded and validated) into the table and
 // reports whether the table changed. r is owned by the table afterwards.
 func (s *state) apply(r *record, src source, now time.Time) bool {
+	if src != srcPending {
+		s.received[src]++
+	}
 	if !r.Member && !s.interested(r.NetworkID) {
 		// Sent before the sender learnt that this node left the network,
 		// or by a sender that is wrong about it: not ours to keep.
@@ -450,6 +487,14 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 	if m == nil {
 		// Gossip can outrun the alive message of a node that just joined:
 		// hold the record until NotifyJoin. Never applied if it never joins.
+		s.addPending(r, now)
+		return false
+	}
+	if !m.alive && m.purged && src == srcPush {
+		// Its owner pushes it, so it is back, and this record outran the
+		// news (the push is sent as soon as the owner sees this node): held
+		// like an unknown owner's, until it is alive here. Dropped, it
+		// would wait for anti-entropy, which leaves recent records alone.
 		s.addPending(r, now)
 		return false
 	}
@@ -483,10 +528,11 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 			// are not comparable, the live owner's record replaces it.
 		} else if r.Version.Compare(cur.Version) <= 0 {
 			s.stale++
+			s.staleBy[src.path()]++
 			return false
 		}
 	}
-	if r.Deleted && now.Sub(r.DeletedAt.time()) >= s.tombTTL {
+	if r.Deleted && now.Sub(r.At.time()) >= s.tombTTL {
 		// An expired tombstone still supersedes what it deletes, but is
 		// not kept (otherwise tombstones would circulate forever).
 		if cur == nil {
@@ -500,6 +546,9 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		return true
 	}
 	s.intern(r, m)
+	if !r.Deleted {
+		r.At = instantOf(now)
+	}
 	s.put(r)
 	if s.visible(cur) || s.visible(r) {
 		s.markDirty(k)
@@ -770,7 +819,7 @@ func (s *state) sweep(now time.Time) {
 	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
 		for nid, recs := range tbl {
 			for eid, r := range recs {
-				if r.Deleted && now.Sub(r.DeletedAt.time()) >= s.tombTTL {
+				if r.Deleted && now.Sub(r.At.time()) >= s.tombTTL {
 					s.del(key{nid, eid})
 					s.expired++
 				}
@@ -819,6 +868,9 @@ func (s *state) ownedBy(owner string) []key {
 }
 
 func (s *state) purgeOwner(name string) int {
+	for _, owners := range s.marks {
+		delete(owners, name)
+	}
 	n := 0
 	for _, k := range s.ownedBy(name) {
 		r := s.get(k)

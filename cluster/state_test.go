@@ -58,7 +58,7 @@ func liveRec(nid, eid, owner, vtep, ip string, v Version) *record {
 }
 
 func tombRec(nid, eid, owner string, v Version, at time.Time) *record {
-	return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, DeletedAt: instantOf(at)}
+	return &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, At: instantOf(at)}
 }
 
 // drain returns (and clears) what s wants broadcast, as the wire would
@@ -163,13 +163,13 @@ func TestDeleteRecreateAnyOrder(t *testing.T) {
 	owner := newTestState("a", "10.0.0.1", 100)
 	// The owner's three versions: create, delete, re-create.
 	var msgs []*record
-	if err := owner.publish(netA, peer("e1", "192.168.0.1", 1)); err != nil {
+	if err := owner.publish(netA, peer("e1", "192.168.0.1", 1), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	msgs = append(msgs, drain(t, owner, t0)...)
 	owner.retract(netA, "e1", t0)
 	msgs = append(msgs, drain(t, owner, t0)...)
-	if err := owner.publish(netA, peer("e1", "192.168.0.9", 9)); err != nil {
+	if err := owner.publish(netA, peer("e1", "192.168.0.9", 9), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	msgs = append(msgs, drain(t, owner, t0)...)
@@ -222,7 +222,7 @@ func TestForeignOwnerRejected(t *testing.T) {
 		t.Fatal("record accepted over another owner's tombstone")
 	}
 	// Own endpoints cannot be claimed either.
-	if err := s.publish(netA, peer("mine", "192.168.0.5", 5)); err != nil {
+	if err := s.publish(netA, peer("mine", "192.168.0.5", 5), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if s.apply(liveRec(netA, "mine", "c", "10.0.0.3", "192.168.0.66", Version{99, 102}), srcGossip, t0) {
@@ -299,7 +299,7 @@ func TestRecordsOfNonMembers(t *testing.T) {
 
 func TestTombstoneExpiry(t *testing.T) {
 	owner := newTestState("a", "10.0.0.1", 100)
-	owner.publish(netA, peer("e1", "192.168.0.1", 1))
+	owner.publish(netA, peer("e1", "192.168.0.1", 1), time.Time{})
 	live := owner.get(key{netA, "e1"})
 	owner.retract(netA, "e1", t0)
 	// Sent when the tombstone is 4 minutes old; the receiver's clock is an
@@ -316,7 +316,7 @@ func TestTombstoneExpiry(t *testing.T) {
 	join(s, "a", "10.0.0.1", rt)
 	s.apply(msgs[0], srcGossip, rt)
 	s.apply(msgs[1], srcGossip, rt)
-	if r := s.get(key{netA, "e1"}); r == nil || !r.Deleted || !r.DeletedAt.time().Equal(rt.Add(-4*time.Minute)) {
+	if r := s.get(key{netA, "e1"}); r == nil || !r.Deleted || !r.At.time().Equal(rt.Add(-4*time.Minute)) {
 		t.Fatalf("tombstone = %+v, want deleted 4 minutes before the receiver's now", r)
 	}
 	s.sweep(rt.Add(ttl - 4*time.Minute - time.Millisecond))
@@ -375,8 +375,8 @@ func TestInstant(t *testing.T) {
 
 func TestRestartRetraction(t *testing.T) {
 	old := newTestState("a", "10.0.0.1", 100)
-	old.publish(netA, peer("kept", "192.168.0.1", 1))
-	old.publish(netA, peer("lost", "192.168.0.2", 2))
+	old.publish(netA, peer("kept", "192.168.0.1", 1), time.Time{})
+	old.publish(netA, peer("lost", "192.168.0.2", 2), time.Time{})
 	oldMsgs := drain(t, old, t0)
 
 	other := newTestState("b", "10.0.0.2", 1)
@@ -387,7 +387,7 @@ func TestRestartRetraction(t *testing.T) {
 	other.out = nil
 
 	restarted := newTestState("a", "10.0.0.1", 200)
-	restarted.publish(netA, peer("kept", "192.168.0.1", 1)) // the driver re-announces what it has
+	restarted.publish(netA, peer("kept", "192.168.0.1", 1), time.Time{}) // the driver re-announces what it has
 	drain(t, restarted, t0)
 	// Push/pull brings the old incarnation's records back to it.
 	for _, r := range oldMsgs {
@@ -422,7 +422,7 @@ func TestRestartRetraction(t *testing.T) {
 // back across a restart) moves our epoch past it and re-stamps our records.
 func TestEpochBump(t *testing.T) {
 	s := newTestState("a", "10.0.0.1", 100)
-	s.publish(netA, peer("e1", "192.168.0.1", 1))
+	s.publish(netA, peer("e1", "192.168.0.1", 1), time.Time{})
 	s.out = nil
 	s.apply(liveRec(netA, "e1", "a", "10.0.0.1", "192.168.0.7", Version{500, 3}), srcState, t0)
 	s.apply(liveRec(netA, "e9", "a", "10.0.0.1", "192.168.0.8", Version{500, 4}), srcState, t0)
@@ -477,7 +477,7 @@ func TestGoneOwnerPurgedAfterGrace(t *testing.T) {
 
 func TestOwnRecordsNotDelivered(t *testing.T) {
 	s := newTestState("a", "10.0.0.1", 1)
-	s.publish(netA, peer("e1", "192.168.0.1", 1))
+	s.publish(netA, peer("e1", "192.168.0.1", 1), time.Time{})
 	s.markNetwork(netA)
 	if d := s.takeDirty(); len(d) != 0 {
 		t.Fatalf("own record delivered: %+v", d)
@@ -491,16 +491,16 @@ func TestOwnRecordsNotDelivered(t *testing.T) {
 		t.Errorf("published record = %+v", r)
 	}
 	// Re-publishing the same content is a no-op; new content is a new version.
-	s.publish(netA, peer("e1", "192.168.0.1", 1))
+	s.publish(netA, peer("e1", "192.168.0.1", 1), time.Time{})
 	if len(s.push) != 0 {
 		t.Error("identical re-publish pushed again")
 	}
-	s.publish(netA, peer("e1", "192.168.0.2", 1))
+	s.publish(netA, peer("e1", "192.168.0.2", 1), time.Time{})
 	if len(s.push) != 1 {
 		t.Error("changed re-publish not pushed")
 	}
 	// Invalid peers are refused.
-	if err := s.publish(netA, peerdb.Peer{EndpointID: "bad", Local: true}); err == nil {
+	if err := s.publish(netA, peerdb.Peer{EndpointID: "bad", Local: true}, time.Time{}); err == nil {
 		t.Error("peer without IPs published")
 	}
 }
@@ -510,7 +510,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	recs := []*record{
 		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: hexID, Owner: "node-1", Version: Version{1 << 62, 7},
 			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00::2")}, MAC: mac(3), VTEP: unique.Make(netip.MustParseAddr("198.51.100.1"))},
-		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: "NotHex", Owner: "node-2", Version: Version{5, 1}, Deleted: true, DeletedAt: instantOf(t0.Add(-90 * time.Second))},
+		{NetworkID: "1kq3t6yq5w3lm0d6o9v0b9c6g", EndpointID: "NotHex", Owner: "node-2", Version: Version{5, 1}, Deleted: true, At: instantOf(t0.Add(-90 * time.Second))},
 		{NetworkID: "other", EndpointID: "abc", Owner: "node-1", Version: Version{5, 2},
 			IPs: []netip.Addr{netip.MustParseAddr("10.0.1.3")}, MAC: mac(4), VTEP: unique.Make(netip.MustParseAddr("2001:db8::1"))},
 	}
@@ -526,7 +526,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	for i := range recs {
 		w, g := recs[i], got[i]
 		if g.NetworkID != w.NetworkID || g.EndpointID != w.EndpointID || g.Owner != w.Owner || g.Version != w.Version ||
-			g.Deleted != w.Deleted || g.DeletedAt != w.DeletedAt || g.MAC != w.MAC || g.VTEP != w.VTEP || !slices.Equal(g.IPs, w.IPs) {
+			g.Deleted != w.Deleted || g.At != w.At || g.MAC != w.MAC || g.VTEP != w.VTEP || !slices.Equal(g.IPs, w.IPs) {
 			t.Errorf("record %d: got %+v, want %+v", i, g, w)
 		}
 	}
@@ -633,8 +633,8 @@ func TestMeta(t *testing.T) {
 // re-announced is.
 func TestRetractionAwaitsTheRepublish(t *testing.T) {
 	old := newTestState("a", "10.0.0.1", 100)
-	old.publish(netA, peer("kept", "192.168.0.1", 1))
-	old.publish(netA, peer("lost", "192.168.0.2", 2))
+	old.publish(netA, peer("kept", "192.168.0.1", 1), time.Time{})
+	old.publish(netA, peer("lost", "192.168.0.2", 2), time.Time{})
 	oldMsgs := drain(t, old, t0)
 
 	restarted := newTestState("a", "10.0.0.1", 200)
@@ -645,7 +645,7 @@ func TestRetractionAwaitsTheRepublish(t *testing.T) {
 	if restarted.retracted != 0 || len(restarted.out) != 0 {
 		t.Fatalf("retracted %d before the republish, %d to broadcast", restarted.retracted, len(restarted.out))
 	}
-	restarted.publish(netA, peer("kept", "192.168.0.1", 1)) // the driver re-announces what it has
+	restarted.publish(netA, peer("kept", "192.168.0.1", 1), time.Time{}) // the driver re-announces what it has
 	drain(t, restarted, t0)
 	restarted.settleOwn(t0)
 	if restarted.retracted != 1 {

@@ -12,13 +12,14 @@ import (
 // of its networks, its digest of the network to one random member of it.
 // Equal digests end the exchange there, so a converged cluster sends a
 // few dozen bytes per network and interval. Where they differ, the two
-// narrow it down to the owners whose records differ and ship exactly
-// those owners' records of that network, both ways:
+// narrow it down to the owners whose records differ and ship those
+// owners' records that the other likely lacks (shipment.go: above its
+// high-water mark of the owner, and settled), both ways:
 //
 //	A → B  level 0: A's digest of the network
 //	B → A  level 1: B's digest of each owner's records (if they differed)
-//	A → B  level 2: A's records of the owners that differ, and A's digests of them
-//	B → A           B's records of the owners that still differ
+//	A → B  level 2: A's shipment for the owners that differ, and A's digests of them
+//	B → A           B's shipment for the owners that still differ
 //
 // Records are applied like any other (newer wins), so the exchange
 // converges whatever the order of the messages.
@@ -41,6 +42,9 @@ type syncEntry struct {
 type ownerDigest struct {
 	owner string
 	d     digest
+	// hw is the sender's mark of the owner (state.mark); zero for the
+	// memberships, and from a node of wire version 2, which sends none.
+	hw Version
 }
 
 // ownerDigests lists the digest of the memberships of nid and of every
@@ -49,27 +53,28 @@ type ownerDigest struct {
 func (s *state) ownerDigests(nid string) []ownerDigest {
 	owners := s.syncOwners(nid)
 	out := make([]ownerDigest, 0, len(owners)+1)
-	out = append(out, ownerDigest{memberGroup, s.memberDigest(nid)})
+	out = append(out, ownerDigest{owner: memberGroup, d: s.memberDigest(nid)})
 	for _, owner := range owners {
-		out = append(out, ownerDigest{owner, s.ownerDigest(nid, owner)})
+		out = append(out, ownerDigest{owner: owner, d: s.ownerDigest(nid, owner), hw: s.mark(nid, owner)})
 	}
 	return out
 }
 
 // differing returns the groups of nid whose records differ between this
-// node and a peer with the digests theirs. Only groups both count are
-// compared: an owner the peer does not list, or that is not alive here,
-// is left to the failure detector and the dead grace.
-func (s *state) differing(nid string, theirs []ownerDigest) []string {
+// node and a peer with the digests theirs, with the peer's digests. Only
+// groups both count are compared: an owner the peer does not list, or
+// that is not alive here, is left to the failure detector and the dead
+// grace.
+func (s *state) differing(nid string, theirs []ownerDigest) []ownerDigest {
 	seen := make(map[string]bool, len(theirs))
-	var out []string
+	var out []ownerDigest
 	for _, g := range theirs {
 		if seen[g.owner] || g.owner != memberGroup && !s.counts(nid, g.owner) {
 			continue
 		}
 		seen[g.owner] = true
 		if s.groupDigest(nid, g.owner) != g.d {
-			out = append(out, g.owner)
+			out = append(out, g)
 		}
 	}
 	return out
@@ -77,7 +82,7 @@ func (s *state) differing(nid string, theirs []ownerDigest) []string {
 
 // answerSync works out the reply to a peer's sync entries (after their
 // records were applied): the entries and records to send back.
-func (s *state) answerSync(in []syncEntry) (out []syncEntry, recs []*record) {
+func (s *state) answerSync(peer string, in []syncEntry, now time.Time) (out []syncEntry, recs []*record) {
 	for _, e := range in {
 		if !s.interested(e.nid) {
 			continue
@@ -88,14 +93,14 @@ func (s *state) answerSync(in []syncEntry) (out []syncEntry, recs []*record) {
 				out = append(out, syncEntry{nid: e.nid, level: syncCompare, groups: s.ownerDigests(e.nid)})
 			}
 		case syncCompare, syncFinal:
-			owners := s.differing(e.nid, e.groups)
-			if len(owners) == 0 {
+			theirs := s.differing(e.nid, e.groups)
+			if len(theirs) == 0 {
 				continue
 			}
-			recs = append(recs, s.groupRecords(e.nid, owners)...)
-			mine := make([]ownerDigest, 0, len(owners))
-			for _, o := range owners {
-				mine = append(mine, ownerDigest{o, s.groupDigest(e.nid, o)})
+			recs = append(recs, s.shipment(e.nid, peer, theirs, now)...)
+			mine := make([]ownerDigest, 0, len(theirs))
+			for _, g := range theirs {
+				mine = append(mine, ownerDigest{owner: g.owner, d: s.groupDigest(e.nid, g.owner), hw: s.mark(e.nid, g.owner)})
 			}
 			if e.level == syncCompare {
 				out = append(out, syncEntry{nid: e.nid, level: syncFinal, groups: mine})
@@ -222,7 +227,7 @@ func (c *Cluster) handleSync(m *message, now time.Time) {
 	if o := c.st.members[m.from]; o != nil && o.alive {
 		o.delivered = true
 	}
-	entries, recs := c.st.answerSync(m.syncs)
+	entries, recs := c.st.answerSync(m.from, m.syncs, now)
 	v := c.versionForLocked(m.from)
 	c.flushLocked()
 	c.mu.Unlock()

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -18,9 +21,16 @@ import (
 // answering held Close, and with it the plugin's SIGTERM, for ten seconds.
 // Here every dial takes the cluster's context and every open stream is
 // closed when it is cancelled.
+//
+// Its streams leave from the address the node advertises: the others
+// tell members from strangers by a stream's source (screen.go), and the
+// kernel would otherwise pick the route's, which on a multi-homed host,
+// or on loopback, is another. Where that address is not local (behind
+// NAT) the kernel's pick stands.
 type abortableTransport struct {
 	*memberlist.NetTransport
-	ctx context.Context
+	ctx    context.Context
+	source atomic.Pointer[net.TCPAddr] // nil: the kernel picks
 }
 
 // newAbortableTransport binds memberlist's transport as memberlist would
@@ -44,7 +54,11 @@ func newAbortableTransport(ctx context.Context, mc *memberlist.Config) (*abortab
 				mc.BindPort = nt.GetAutoBindPort()
 				mc.AdvertisePort = mc.BindPort
 			}
-			return &abortableTransport{NetTransport: nt, ctx: ctx}, nil
+			t := &abortableTransport{NetTransport: nt, ctx: ctx}
+			if ip := net.ParseIP(mc.AdvertiseAddr); ip != nil && !ip.IsUnspecified() {
+				t.source.Store(&net.TCPAddr{IP: ip})
+			}
+			return t, nil
 		}
 		if !strings.Contains(err.Error(), "address already in use") {
 			break
@@ -61,7 +75,15 @@ func (t *abortableTransport) DialTimeout(addr string, timeout time.Duration) (ne
 
 func (t *abortableTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
+	if src := t.source.Load(); src != nil {
+		d.LocalAddr = src
+	}
 	conn, err := d.DialContext(t.ctx, "tcp", a.Addr)
+	if errors.Is(err, syscall.EADDRNOTAVAIL) && d.LocalAddr != nil {
+		t.source.Store(nil) // not an address of this host's
+		d.LocalAddr = nil
+		conn, err = d.DialContext(t.ctx, "tcp", a.Addr)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,12 +1,16 @@
 package cluster
 
 import (
+	"io"
+	"log"
 	"net"
 	"net/netip"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // silentListener returns a loopback TCP address whose connection attempts
@@ -68,5 +72,42 @@ func TestCloseDoesNotWaitForUnansweredDial(t *testing.T) {
 	c.Close()
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("Close took %v while a dial hung (memberlist's TCPTimeout is 10s)", d)
+	}
+}
+
+// Streams leave from the advertised address, which the others tell
+// members by (screen.go); one that is not this host's leaves the kernel's
+// pick.
+func TestStreamsLeaveFromTheAdvertisedAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short mode: binds loopback sockets")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, c := range []struct{ adv, want string }{{"127.0.0.2", "127.0.0.2"}, {"203.0.113.7", "127.0.0.1"}} {
+		mc := memberlist.DefaultLANConfig()
+		mc.BindAddr, mc.BindPort, mc.AdvertiseAddr = "127.0.0.1", 0, c.adv
+		mc.Logger = log.New(io.Discard, "", 0)
+		tr, err := newAbortableTransport(t.Context(), mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := tr.DialAddressTimeout(memberlist.Address{Addr: ln.Addr().String()}, time.Second)
+		if err != nil {
+			t.Fatalf("advertising %s: %v", c.adv, err)
+		}
+		in, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := in.RemoteAddr().(*net.TCPAddr).IP.String(); got != c.want {
+			t.Errorf("advertising %s: the stream came from %s, want %s", c.adv, got, c.want)
+		}
+		in.Close()
+		conn.Close()
+		tr.Shutdown()
 	}
 }

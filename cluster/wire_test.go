@@ -39,7 +39,7 @@ func TestCodecVersions(t *testing.T) {
 			for i, r := range m.recs {
 				w := recs[i]
 				if r.EndpointID != w.EndpointID || r.Owner != w.Owner || r.Version != w.Version || r.Deleted != w.Deleted ||
-					r.Member != w.Member || r.endpoint() && !sameContent(r, w) || r.Deleted && !r.DeletedAt.time().Equal(w.DeletedAt.time()) {
+					r.Member != w.Member || r.endpoint() && !sameContent(r, w) || r.Deleted && !r.At.time().Equal(w.At.time()) {
 					t.Errorf("v%d kind %d: record %d = %+v, want %+v", v, kind, i, r, recs[i])
 				}
 			}
@@ -48,6 +48,15 @@ func TestCodecVersions(t *testing.T) {
 		m, err := decodeMessage(b, t0)
 		if err != nil || m.version != v || m.kind != kindSync || m.from != "n2" || len(m.syncs) != 1 || m.syncs[0].sum != syncs[0].sum || len(m.recs) != 1 {
 			t.Fatalf("v%d sync: %+v, %v", v, m, err)
+		}
+		// Owner digests carry their mark from version 3 on.
+		marked := []syncEntry{{nid: "n", level: syncCompare, groups: []ownerDigest{{owner: "o", d: digest{2, 3}, hw: Version{4, 5}}}}}
+		want := Version{}
+		if v >= wireSyncMarks {
+			want = Version{4, 5}
+		}
+		if m, err := decodeMessage(encodeSync(v, "n2", marked, nil, t0), t0); err != nil || m.syncs[0].groups[0].hw != want || m.syncs[0].groups[0].d != (digest{2, 3}) {
+			t.Errorf("v%d owner digest: %+v, %v; want mark %v", v, m, err, want)
 		}
 	}
 	if v2, v3 := encodeRecordsAt(2, kindPush, recs, t0), encodeRecordsAt(3, kindPush, recs, t0); !bytes.Equal(v2[2:], v3[2:]) || v2[1] != 2 || v3[1] != 3 {

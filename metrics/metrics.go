@@ -116,6 +116,8 @@ var (
 	clMsgs     = desc("gossip_messages_received_total", "Gossip messages received.")
 	clStates   = desc("gossip_push_pulls_total", "Push/pull state exchanges, by direction (sent, received).", "direction")
 	clAccepted = desc("gossip_records_accepted_total", "Remote record updates applied, by source (push: from their owner or by gossip; anti_entropy; push_pull).", "source")
+	clReceived = desc("gossip_records_received_total", "Remote records received, by path (push, gossip, anti_entropy, push_pull), each counted once whatever became of it.", "source")
+	clStaleBy  = desc("gossip_records_stale_total", "Remote records received that were no newer than what was held (duplicates), by path as gossip_records_received_total.", "source")
 	clPushes   = desc("gossip_pushes_total", "Messages sent straight to a member (pushes and anti-entropy), by result (sent, failed, dropped: the member was gone).", "result")
 	clSyncs    = desc("gossip_anti_entropy_total", "Anti-entropy digest exchanges, by direction (started, received).", "direction")
 	clRejected = desc("gossip_rejected_total", "Gossip input refused, by reason: decrypt, plain (plaintext in an encrypted cluster), compressed, unknown_type, malformed, misdirected (a ping for another node), queue_full (memberlist's handler queue), stale (no newer than what is held; duplicates are routine), ownership (an endpoint another node owns), vtep_mismatch, owner_gone, wire_version (a message or a node of a wire version this node does not speak), stream_idle (a gossip connection that sent no whole first message in time), stream_limit (a gossip connection over the bound of those not yet checked).", "reason")
@@ -264,6 +266,15 @@ func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	counter(ch, clAccepted, s.Accepted, "push")
 	counter(ch, clAccepted, s.AcceptedFromSync, "anti_entropy")
 	counter(ch, clAccepted, s.AcceptedFromState, "push_pull")
+	for _, p := range []struct {
+		d *prometheus.Desc
+		v cluster.Paths
+	}{{clReceived, s.Received}, {clStaleBy, s.StaleFrom}} {
+		counter(ch, p.d, p.v.Push, "push")
+		counter(ch, p.d, p.v.Gossip, "gossip")
+		counter(ch, p.d, p.v.AntiEntropy, "anti_entropy")
+		counter(ch, p.d, p.v.PushPull, "push_pull")
+	}
 	counter(ch, clPushes, s.PushesSent, "sent")
 	counter(ch, clPushes, s.PushErrors, "failed")
 	counter(ch, clPushes, s.PushesDropped, "dropped")
