@@ -111,10 +111,11 @@ bench-scale-d:
 # that no other timing run shares the CPUs. See docs/benchmarks.md.
 REALTIME_HOSTS ?= 100
 REALTIME_REPS  ?= 1
+REALTIME_SYSTEMS ?= plugin,plugin-secret,networkdb
 bench-scale-realtime:
 	@mkdir -p build
 	cd bench && $(GO) build -o ../build/scale-realtime ./cmd/scale-realtime
-	flock /tmp/overlay-timing.lock build/scale-realtime -hosts $(REALTIME_HOSTS) -reps $(REALTIME_REPS) -out bench/results/scale-realtime
+	flock /tmp/overlay-timing.lock build/scale-realtime -hosts $(REALTIME_HOSTS) -reps $(REALTIME_REPS) -systems $(REALTIME_SYSTEMS) -out bench/results/scale-realtime
 
 # make bench: every speed claim against its reference, in the same run,
 # interleaved (docs/benchmarks.md). Three parts (BENCH_PARTS selects):

@@ -16,15 +16,35 @@ import (
 // Options of a benchmark: Reps repetitions of the scenario, each running
 // the plugin then NetworkDB, so slow drift of the machine hits both alike.
 type Options struct {
-	Params   Params
-	Reps     int
+	Params Params
+	Reps   int
+	// Systems names the systems to run, in this order within a
+	// repetition (Systems); nil: all.
+	Systems  []string
 	Progress func(string) // nil: silent
+}
+
+// Systems are the systems a run can compare: the plugin's control plane
+// without and with a secret (encrypted gossip), and Docker's NetworkDB.
+var Systems = []string{"plugin", "plugin-secret", "networkdb"}
+
+func newSystem(name string, logs *logCounter) (system, error) {
+	switch name {
+	case "plugin":
+		return newPluginSystem(slog.New(logs), false), nil
+	case "plugin-secret":
+		return newPluginSystem(slog.New(logs), true), nil
+	case "networkdb":
+		return newNetworkDBSystem(), nil
+	}
+	return nil, fmt.Errorf("unknown system %q (have %s)", name, strings.Join(Systems, ", "))
 }
 
 // Report is a benchmark's results for one host count.
 type Report struct {
 	Params  Params    `json:"params"`
 	Reps    int       `json:"reps"`
+	Systems []string  `json:"systems"`
 	Env     Env       `json:"env"`
 	Summary []Figure  `json:"summary"`
 	Runs    []*Result `json:"runs"`
@@ -42,13 +62,16 @@ type Env struct {
 }
 
 // Figure is one figure over the repetitions, per system. Ratio is the
-// NetworkDB median over the plugin median.
+// NetworkDB median over the plugin median, SecretRatio the plugin's with a
+// secret over the plugin's without.
 type Figure struct {
-	Name      string   `json:"name"`
-	Unit      string   `json:"unit"`
-	Plugin    Spread   `json:"plugin"`
-	NetworkDB Spread   `json:"networkdb"`
-	Ratio     *float64 `json:"ratioNetworkDBToPlugin"` // nil when either is missing
+	Name         string   `json:"name"`
+	Unit         string   `json:"unit"`
+	Plugin       Spread   `json:"plugin"`
+	PluginSecret Spread   `json:"pluginSecret"`
+	NetworkDB    Spread   `json:"networkdb"`
+	Ratio        *float64 `json:"ratioNetworkDBToPlugin"` // nil when either is missing
+	SecretRatio  *float64 `json:"ratioSecretToPlugin"`    // nil when either is missing
 }
 
 // Spread is min/median/max over the runs that have the figure; N = 0: none.
@@ -68,12 +91,21 @@ func Run(o Options) (*Report, error) {
 	if err := o.Params.check(); err != nil {
 		return nil, err
 	}
-	rep := &Report{Params: o.Params, Reps: max(o.Reps, 1), Env: environment()}
+	if o.Systems == nil {
+		o.Systems = Systems
+	}
+	rep := &Report{Params: o.Params, Reps: max(o.Reps, 1), Env: environment(), Systems: o.Systems}
 	logs := newLogCounter()
 	quietLogrus(logs)
+	for _, name := range o.Systems {
+		if _, err := newSystem(name, logs); err != nil {
+			return nil, err
+		}
+	}
 	var errs []error
 	for r := range rep.Reps {
-		for _, sys := range []system{newPluginSystem(slog.New(logs)), newNetworkDBSystem()} {
+		for _, name := range o.Systems {
+			sys, _ := newSystem(name, logs)
 			o.Progress(fmt.Sprintf("rep %d/%d: %s, %d hosts, %d endpoints", r+1, rep.Reps, sys.name(), o.Params.Hosts, o.Params.Endpoints))
 			res, err := runOne(sys, o.Params, logs, o.Progress)
 			if res == nil {
@@ -120,6 +152,14 @@ var figureDefs = []struct {
 	{"wire bytes sent per host, total", "B/s", rget(func(r *Result) float64 { return r.WireUDPPerHostSec + r.WireTCPPerHostSec }), false},
 	{"heap per host", "KiB", rget(func(r *Result) float64 { return r.HeapPerHost / 1024 }), false},
 	{"CPU during rollout", "cores", rget(func(r *Result) float64 { return r.CPUCores }), false},
+	{"CPU during rollout", "CPU-s", rget(func(r *Result) float64 { return r.CPUSec }), false},
+	// The plugin's own counters; NetworkDB keeps none such.
+	{"stale deliveries per accepted record", "ratio", cget(func(c *RecordCounts) float64 { return c.StalePerAccepted }), true},
+	{"records received per accepted record", "ratio", cget(func(c *RecordCounts) float64 { return c.ReceivedPerAccepted }), true},
+	{"stale deliveries by push per accepted record", "ratio", cget(func(c *RecordCounts) float64 { return c.ratio(c.Stale.Push) }), true},
+	{"stale deliveries by anti-entropy per accepted record", "ratio", cget(func(c *RecordCounts) float64 { return c.ratio(c.Stale.AntiEntropy) }), true},
+	{"messages to members not sent", "count", cget(func(c *RecordCounts) float64 { return float64(c.PushesFailed) }), true},
+	{"gossip streams refused unchecked", "count", cget(func(c *RecordCounts) float64 { return float64(c.StreamsRefused) }), true},
 	{"lowest share of member views alive", "share", rget(func(r *Result) float64 { return r.MinAliveShare }), false},
 }
 
@@ -132,6 +172,16 @@ func qget(f func(*Result) *float64) func(*Result) (float64, bool) {
 	}
 }
 
+// cget reads a figure of the plugin's record counters.
+func cget(f func(*RecordCounts) float64) func(*Result) (float64, bool) {
+	return func(r *Result) (float64, bool) {
+		if r.Records == nil || r.Records.Accepted == 0 {
+			return 0, false
+		}
+		return f(r.Records), true
+	}
+}
+
 // rget reads a figure every run that got past set-up has.
 func rget(f func(*Result) float64) func(*Result) (float64, bool) {
 	return func(r *Result) (float64, bool) { return f(r), r.PairsWanted > 0 }
@@ -140,26 +190,28 @@ func rget(f func(*Result) float64) func(*Result) (float64, bool) {
 func (rep *Report) summarise() {
 	for _, d := range figureDefs {
 		f := Figure{Name: d.name, Unit: d.unit}
-		for _, sys := range []string{"plugin", "networkdb"} {
+		for sys, to := range map[string]*Spread{"plugin": &f.Plugin, "plugin-secret": &f.PluginSecret, "networkdb": &f.NetworkDB} {
 			var v []float64
 			for _, r := range rep.Runs {
 				if x, ok := d.get(r); ok && r.System == sys {
 					v = append(v, x)
 				}
 			}
-			s := spread(v)
-			if sys == "plugin" {
-				f.Plugin = s
-			} else {
-				f.NetworkDB = s
-			}
+			*to = spread(v)
 		}
-		if f.Plugin.N > 0 && f.NetworkDB.N > 0 && f.Plugin.Median != 0 && !d.noRatio {
-			r := f.NetworkDB.Median / f.Plugin.Median
-			f.Ratio = &r
-		}
+		f.Ratio = ratio(f.NetworkDB, f.Plugin, d.noRatio)
+		f.SecretRatio = ratio(f.PluginSecret, f.Plugin, false)
 		rep.Summary = append(rep.Summary, f)
 	}
+}
+
+// ratio is a's median over b's, nil where either is missing.
+func ratio(a, b Spread, none bool) *float64 {
+	if none || a.N == 0 || b.N == 0 || b.Median == 0 {
+		return nil
+	}
+	r := a.Median / b.Median
+	return &r
 }
 
 func spread(v []float64) Spread {

@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,17 +16,30 @@ import (
 )
 
 // pluginSystem is system A: one cluster.Cluster per host with cluster's
-// defaults and memberlist's own UDP+TCP transport.
+// defaults and memberlist's own UDP+TCP transport; with a secret, every
+// host has the same 32-byte key (encrypted gossip).
 type pluginSystem struct {
-	p     Params
-	eps   *endpoints
-	log   *slog.Logger
-	hosts []*cluster.Cluster
+	p      Params
+	eps    *endpoints
+	log    *slog.Logger
+	secret []byte
+	hosts  []*cluster.Cluster
 }
 
-func newPluginSystem(log *slog.Logger) *pluginSystem { return &pluginSystem{log: log} }
+func newPluginSystem(log *slog.Logger, secret bool) *pluginSystem {
+	s := &pluginSystem{log: log}
+	if secret {
+		s.secret = bytes.Repeat([]byte{0x5e}, 32)
+	}
+	return s
+}
 
-func (*pluginSystem) name() string { return "plugin" }
+func (s *pluginSystem) name() string {
+	if s.secret != nil {
+		return "plugin-secret"
+	}
+	return "plugin"
+}
 
 // pluginSink stands in for the driver: it checks each AddPeer against the
 // endpoint's expected value and tells the tracker. The delivery goroutine
@@ -65,6 +79,7 @@ func (s *pluginSystem) start(p Params, tr *tracker) (time.Duration, time.Duratio
 			AdvertiseAddr: hostAddr(1, i),
 			Join:          seeds, // a host never joins its own address
 			Sink:          pluginSink{host: i, tr: tr},
+			SecretKey:     s.secret,
 			Logger:        s.log.With("host", hostName(i)),
 		})
 		if err != nil {
@@ -97,6 +112,57 @@ func (s *pluginSystem) aliveViews() int {
 		n += c.Stats().MembersAlive
 	}
 	return n
+}
+
+// RecordCounts are the plugin's record counters summed over the hosts.
+type RecordCounts struct {
+	Accepted            uint64        `json:"accepted"` // remote updates applied, every path
+	Received            cluster.Paths `json:"received"`
+	Stale               cluster.Paths `json:"stale"`
+	PushesFailed        uint64        `json:"pushesFailed"`   // messages to a member not sent, or dropped for a member gone
+	StreamsRefused      uint64        `json:"streamsRefused"` // gossip streams refused by the bounds of those not yet checked
+	StalePerAccepted    float64       `json:"stalePerAccepted"`
+	ReceivedPerAccepted float64       `json:"receivedPerAccepted"`
+}
+
+func (c *RecordCounts) ratio(n uint64) float64 { return float64(n) / float64(max(c.Accepted, 1)) }
+
+// since is the counts from b to c, with the ratios.
+func (c *RecordCounts) since(b *RecordCounts) *RecordCounts {
+	d := &RecordCounts{Accepted: c.Accepted - b.Accepted, Received: subPaths(c.Received, b.Received), Stale: subPaths(c.Stale, b.Stale),
+		PushesFailed: c.PushesFailed - b.PushesFailed, StreamsRefused: c.StreamsRefused - b.StreamsRefused}
+	d.StalePerAccepted = d.ratio(sumPaths(d.Stale))
+	d.ReceivedPerAccepted = d.ratio(sumPaths(d.Received))
+	return d
+}
+
+func subPaths(a, b cluster.Paths) cluster.Paths {
+	return cluster.Paths{Push: a.Push - b.Push, Gossip: a.Gossip - b.Gossip, AntiEntropy: a.AntiEntropy - b.AntiEntropy, PushPull: a.PushPull - b.PushPull}
+}
+
+func sumPaths(p cluster.Paths) uint64 { return p.Push + p.Gossip + p.AntiEntropy + p.PushPull }
+
+// recordCounts sums the plugin's counters over its hosts; nil for a
+// system that keeps none.
+func recordCounts(sys system) *RecordCounts {
+	s, ok := sys.(*pluginSystem)
+	if !ok {
+		return nil
+	}
+	var c RecordCounts
+	for _, h := range s.hosts {
+		st := h.Stats()
+		c.Accepted += st.Accepted + st.AcceptedFromSync + st.AcceptedFromState
+		c.Received = addPaths(c.Received, st.Received)
+		c.Stale = addPaths(c.Stale, st.StaleFrom)
+		c.PushesFailed += st.PushErrors + st.PushesDropped
+		c.StreamsRefused += st.RejectedStreamIdle + st.RejectedStreamLimit
+	}
+	return &c
+}
+
+func addPaths(a, b cluster.Paths) cluster.Paths {
+	return cluster.Paths{Push: a.Push + b.Push, Gossip: a.Gossip + b.Gossip, AntiEntropy: a.AntiEntropy + b.AntiEntropy, PushPull: a.PushPull + b.PushPull}
 }
 
 func (s *pluginSystem) verifyTable(host int) error {

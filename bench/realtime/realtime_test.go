@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// TestSmall runs the scenario at a tiny size against both systems and
+// TestSmall runs the scenario at a tiny size against every system and
 // checks correctness only: every host ends with exactly the other hosts'
 // endpoints. Ports differ from the full benchmark's, so the two can
 // coexist.
@@ -16,12 +16,15 @@ func TestSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Runs) != 2 {
-		t.Fatalf("%d runs, want 2", len(rep.Runs))
+	if len(rep.Runs) != len(Systems) {
+		t.Fatalf("%d runs, want %d", len(rep.Runs), len(Systems))
 	}
 	for _, r := range rep.Runs {
 		if !r.Correct || r.EndpointsConverged != p.Endpoints || r.PairsSeen != r.PairsWanted {
 			t.Errorf("%s: converged %v, correct %v, %d/%d endpoints, errors %v", r.System, r.Converged, r.Correct, r.EndpointsConverged, p.Endpoints, r.Errors)
+		}
+		if r.System != "networkdb" && (r.Records == nil || r.Records.Accepted < uint64(r.PairsWanted)) {
+			t.Errorf("%s: record counters %+v, want at least %d accepted", r.System, r.Records, r.PairsWanted)
 		}
 		if r.Goroutines > 0 {
 			t.Errorf("%s: %d goroutines left after close", r.System, r.Goroutines)

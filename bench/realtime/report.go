@@ -40,20 +40,18 @@ func (rep *Report) Markdown(png string) string {
 	fmt.Fprintf(&b, "Both systems over real UDP/TCP sockets on loopback, one instance per host, each host on its own 127/8 address, "+
 		"all in one process (%s, GOMAXPROCS %d, %s, kernel %s; commit %s; %s). Every host publishes %d endpoints in %d waves, "+
 		"one wave every %v (%d endpoints per wave in all); give-up time %v after the first publish. "+
-		"Interleaved: %d repetition(s) of plugin then NetworkDB. Started %s.\n\n",
+		"Interleaved: %d repetition(s) of %s, in this order. Started %s.\n\n",
 		rep.Env.Go, rep.Env.GOMAXPROCS, rep.Env.CPU, rep.Env.Kernel, rep.Env.Commit, modules(rep.Env.Modules),
-		p.perHost(), p.Waves, p.WaveInterval, p.Endpoints/p.Waves, p.Timeout, rep.Reps, rep.Env.Started.Format("2006-01-02 15:04 UTC"))
+		p.perHost(), p.Waves, p.WaveInterval, p.Endpoints/p.Waves, p.Timeout, rep.Reps, strings.Join(rep.Systems, ", "), rep.Env.Started.Format("2006-01-02 15:04 UTC"))
 	b.WriteString("Settings: the plugin with `cluster` defaults (memberlist DefaultLANConfig; records pushed by their owner to the network's members, digest anti-entropy every second); " +
 		"NetworkDB with `networkdb.DefaultConfig()` (memberlist DefaultLANConfig, bulk sync every 30 s). Nothing was changed for the 2-core machine; " +
-		"\"lowest share of member views alive\" shows whether a host took another for failed. Gossip is unencrypted in both.\n\n")
+		"\"lowest share of member views alive\" shows whether a host took another for failed. Gossip is unencrypted but in plugin-secret (a 32-byte key: AES-GCM). " +
+		"Records received and stale (already held) are the plugin's own counters summed over the hosts, from the first publish to convergence.\n\n")
 
-	b.WriteString("| figure | unit | plugin min / median / max | NetworkDB min / median / max | NetworkDB ÷ plugin |\n|---|---|---|---|---|\n")
+	b.WriteString("| figure | unit | plugin min / median / max | plugin-secret min / median / max | NetworkDB min / median / max | secret ÷ plugin | NetworkDB ÷ plugin |\n|---|---|---|---|---|---|---|\n")
 	for _, f := range rep.Summary {
-		ratio := "—"
-		if f.Ratio != nil {
-			ratio = fmt.Sprintf("%.2f", *f.Ratio)
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", f.Name, f.Unit, f.Plugin.format(f.Unit), f.NetworkDB.format(f.Unit), ratio)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", f.Name, f.Unit, f.Plugin.format(f.Unit), f.PluginSecret.format(f.Unit),
+			f.NetworkDB.format(f.Unit), ratioString(f.SecretRatio), ratioString(f.Ratio))
 	}
 	b.WriteString("\n\"—\": not reached (the quantile falls among endpoints that never arrived before the give-up time) or no run got that far.\n\n")
 
@@ -87,15 +85,22 @@ func (s Spread) format(unit string) string {
 	}
 	f := func(v float64) string {
 		switch unit {
-		case "share":
+		case "share", "ratio":
 			return fmt.Sprintf("%.3f", v)
-		case "B/s", "KiB":
+		case "B/s", "KiB", "count":
 			return fmt.Sprintf("%.0f", v)
 		default:
 			return fmt.Sprintf("%.2f", v)
 		}
 	}
 	return f(s.Min) + " / " + f(s.Median) + " / " + f(s.Max)
+}
+
+func ratioString(r *float64) string {
+	if r == nil {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", *r)
 }
 
 func secs(v *float64) string {
@@ -122,7 +127,8 @@ func (rep *Report) plot(file string) error {
 	pl.Y.Label.Text = "share of endpoints on every other host"
 	pl.Y.Min, pl.Y.Max = 0, 1
 	pl.Add(plotter.NewGrid())
-	colors := map[string]color.Color{"plugin": color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, "networkdb": color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}
+	colors := map[string]color.Color{"plugin": color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, "plugin-secret": color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+		"networkdb": color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}
 	for _, r := range rep.Runs {
 		if len(r.EndpointCurve) == 0 {
 			continue

@@ -59,9 +59,12 @@ type Result struct {
 	// MinAliveShare is the lowest share of (host, member) views that were
 	// alive, sampled every second during the rollout: below 1 means some
 	// host took another for failed.
-	MinAliveShare float64        `json:"minAliveShare"`
-	Warnings      map[string]int `json:"warnings,omitempty"` // logged warnings and errors after the first publish, by message
-	Goroutines    int            `json:"goroutinesLeft"`     // more than before the run, after close
+	MinAliveShare float64 `json:"minAliveShare"`
+	// Records are the plugin's own counters over all hosts during the
+	// window; nil for NetworkDB.
+	Records    *RecordCounts  `json:"records,omitempty"`
+	Warnings   map[string]int `json:"warnings,omitempty"` // logged warnings and errors after the first publish, by message
+	Goroutines int            `json:"goroutinesLeft"`     // more than before the run, after close
 }
 
 // Quantiles in seconds; nil where not reached.
@@ -119,6 +122,7 @@ func runOne(sys system, p Params, logs *logCounter, progress func(string)) (*Res
 	logs.arm()
 	batch := p.perHost() / p.Waves
 	udp0, tcp0 := wire.snapshot()
+	rc0 := recordCounts(sys)
 	cpu0 := cpuTime()
 	first := time.Now()
 	minAlive := atomic.Int64{}
@@ -170,6 +174,9 @@ func runOne(sys system, p Params, logs *logCounter, progress func(string)) (*Res
 	window := end.Sub(first)
 	cpu := cpuTime() - cpu0
 	udp1, tcp1 := wire.snapshot()
+	if rc0 != nil {
+		res.Records = recordCounts(sys).since(rc0)
+	}
 	close(stopSampler)
 	res.Warnings = logs.disarm()
 	res.ConvergedSec = window.Seconds()

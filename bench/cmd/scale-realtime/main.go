@@ -24,7 +24,8 @@ func main() {
 	flag.DurationVar(&d.WaveInterval, "wave-interval", d.WaveInterval, "time between wave starts")
 	flag.DurationVar(&d.Timeout, "timeout", d.Timeout, "give up this long after the first publish (also bounds membership and network set-up)")
 	flag.IntVar(&d.Seeds, "seeds", d.Seeds, "hosts every host is told to join")
-	reps := flag.Int("reps", 1, "repetitions; each runs the plugin, then NetworkDB")
+	reps := flag.Int("reps", 1, "repetitions; each runs every system of -systems in turn")
+	systems := flag.String("systems", strings.Join(realtime.Systems, ","), "systems to run, comma-separated, in this order")
 	out := flag.String("out", "bench/results/scale-realtime", "directory for h<hosts>.json, .md and .png")
 	flag.Parse()
 
@@ -38,7 +39,7 @@ func main() {
 		}
 		p.Hosts = n
 		t0 := time.Now()
-		rep, err := realtime.Run(realtime.Options{Params: p, Reps: *reps, Progress: func(s string) { logger.Print(s) }})
+		rep, err := realtime.Run(realtime.Options{Params: p, Reps: *reps, Systems: strings.Split(*systems, ","), Progress: func(s string) { logger.Print(s) }})
 		if rep == nil {
 			logger.Fatal(err)
 		}
