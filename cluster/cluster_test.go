@@ -280,21 +280,23 @@ func TestRestartRetractsLostEndpoints(t *testing.T) {
 	}
 }
 
-// TestAntiEntropyRepairsMissedPush: a node misses the push of a change;
-// the digest exchange repairs it once it is reachable again. Nothing else
-// can: the record does not change again, and memberlist's push/pull
-// carries only memberships.
+// TestAntiEntropyRepairsMissedPush: a node its owner cannot reach gets
+// the record from another member, by anti-entropy, once it settled there.
+// Nothing else can: the owner's pushes keep failing, the record does not
+// change again, and memberlist's push/pull carries only memberships.
+// (A push that failed and then succeeds: TestFailedPushIsRetried.)
 func TestAntiEntropyRepairsMissedPush(t *testing.T) {
 	h := newHarness(t)
 	nodes := []*tnode{h.start(1), h.start(2, 1), h.start(3, 1)}
 	waitMembers(t, nodes, 3)
 	waitNetworkMembers(t, nodes, netA, 3)
-	// Drop every stream to n3 (pushes and anti-entropy); packets pass, so
-	// n3 stays alive and the push to it is tried and lost.
-	deaf := nodes[2].tr.Addr()
-	h.net.SetFilter(func(_, to netip.AddrPort, stream bool) bool { return !stream || to != deaf })
+	// Streams from n1 to n3 dropped (pushes and anti-entropy); packets
+	// pass, so n3 stays alive and every push to it is tried and lost.
+	owner, deaf := nodes[0].tr.Addr(), nodes[2].tr.Addr()
+	h.net.SetFilter(func(from, to netip.AddrPort, stream bool) bool { return !stream || from != owner || to != deaf })
 	p := testPeer("e1", 1)
 	nodes[0].c.Publish(netA, p)
+	published := time.Now()
 	wait.For(t, 5*time.Second, tick, "push to n3 lost", func() error {
 		if _, ok := nodes[1].sink.get(netA)["e1"]; !ok {
 			return fmt.Errorf("n2 lacks e1")
@@ -307,13 +309,16 @@ func TestAntiEntropyRepairsMissedPush(t *testing.T) {
 	if len(nodes[2].sink.get(netA)) != 0 {
 		t.Fatal("the deaf node got the record")
 	}
-	h.net.SetFilter(nil)
-	wait.For(t, 5*time.Second, tick, "n3 repaired by anti-entropy", func() error {
+	settle := settleIntervals * DefaultSyncInterval
+	wait.For(t, settle+5*time.Second, tick, "n3 repaired by anti-entropy", func() error {
 		if _, ok := nodes[2].sink.get(netA)["e1"]; !ok {
 			return fmt.Errorf("n3 lacks e1")
 		}
 		return nil
 	})
+	if d := time.Since(published); d < settle {
+		t.Errorf("n3 repaired %v after the publish, before the record settled (%v) at n2", d, settle)
+	}
 	if s := nodes[2].c.Stats(); s.AcceptedFromSync < 1 {
 		t.Errorf("n3 did not get the record by anti-entropy: %+v", s)
 	}

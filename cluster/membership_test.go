@@ -147,7 +147,7 @@ func TestAnswerSyncConverges(t *testing.T) {
 		if m.to == a {
 			other = b
 		}
-		entries, recs := m.to.answerSync(other.self, m.entries, time.Time{})
+		entries, recs := m.to.answerSync(other.self, m.entries, nil, time.Time{})
 		if len(entries) > 0 || len(recs) > 0 {
 			msgs = append(msgs, struct {
 				to      *state
@@ -170,7 +170,7 @@ func TestAnswerSyncConverges(t *testing.T) {
 			t.Errorf("%s lacks a1 or b1", s.self)
 		}
 	}
-	if entries, recs := b.answerSync("a", []syncEntry{{nid: netA, level: syncNetwork, sum: a.networkDigest(netA)}}, time.Time{}); len(entries)+len(recs) != 0 {
+	if entries, recs := b.answerSync("a", []syncEntry{{nid: netA, level: syncNetwork, sum: a.networkDigest(netA)}}, nil, time.Time{}); len(entries)+len(recs) != 0 {
 		t.Errorf("equal digests answered with %d entries, %d records", len(entries), len(recs))
 	}
 }
@@ -183,13 +183,13 @@ func TestAnswerSyncSkipsOwnersNotAlive(t *testing.T) {
 	a.apply(liveRec(netA, "c1", "c", "10.0.0.3", "192.168.0.3", Version{7, 1}), srcPush, t0)
 	b.memberDown("c", t0) // b takes c for gone; a does not
 	in := []syncEntry{{nid: netA, level: syncCompare, groups: a.ownerDigests(netA)}}
-	_, recs := b.answerSync("a", in, time.Time{})
+	_, recs := b.answerSync("a", in, nil, time.Time{})
 	for _, r := range recs {
 		if r.Owner == "c" {
 			t.Errorf("b answered with c's record %s, c being gone for b", r.EndpointID)
 		}
 	}
-	_, recs = a.answerSync("b", []syncEntry{{nid: netA, level: syncCompare, groups: b.ownerDigests(netA)}}, time.Time{})
+	_, recs = a.answerSync("b", []syncEntry{{nid: netA, level: syncCompare, groups: b.ownerDigests(netA)}}, nil, time.Time{})
 	for _, r := range recs {
 		if r.Owner == "c" && !r.Member {
 			t.Errorf("a shipped c's record %s to a node that does not list c", r.EndpointID)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -19,8 +20,11 @@ import (
 // Each member has an outbox: the keys of this node's records it is due,
 // and anti-entropy messages. At most one send per member is under way;
 // what accumulates meanwhile goes in the next message, so batches grow
-// with the load and a slow member delays only itself. A send that fails
-// is dropped: anti-entropy repairs the member when it can be reached.
+// with the load and a slow member delays only itself. Records whose send
+// failed go back in the outbox and are sent again pushRetry later, for
+// as long as the member is alive: anti-entropy leaves what an owner is
+// pushing to the owner (shipment.go). A failed anti-entropy message is
+// dropped: the next round sends a fresh one.
 const (
 	// pushDelay gathers the changes of a burst (a task start is several
 	// Publish calls) into one message per member.
@@ -33,6 +37,9 @@ const (
 	// maxQueuedSyncs bounds the anti-entropy messages waiting for one
 	// member; older ones are dropped (the next round sends fresh ones).
 	maxQueuedSyncs = 4
+	// pushRetry is the wait before records whose send failed are sent
+	// again.
+	pushRetry = time.Second
 )
 
 type outboxState int
@@ -46,10 +53,11 @@ const (
 
 // outbox is what waits to be sent to one member. Guarded by Cluster.mu.
 type outbox struct {
-	name  string
-	keys  map[key]struct{} // this node's records due to the member: sent as they are at send time
-	syncs [][]byte         // encoded anti-entropy messages
-	state outboxState
+	name    string
+	keys    map[key]struct{} // this node's records due to the member: sent as they are at send time
+	sending map[key]struct{} // the keys of the send under way (obSending)
+	syncs   [][]byte         // encoded anti-entropy messages
+	state   outboxState
 }
 
 // flushLocked moves what the state queued into the broadcast queue (new
@@ -129,6 +137,21 @@ func (c *Cluster) detachLocked(name string) {
 	}
 }
 
+// queuedFor returns whether one of this node's records is on its way to
+// member name: queued, or in the send under way. Called, and its result
+// used, with c.mu held.
+func (c *Cluster) queuedFor(name string) func(key) bool {
+	ob := c.outboxes[name]
+	if ob == nil {
+		return nil
+	}
+	return func(k key) bool {
+		_, queued := ob.keys[k]
+		_, sending := ob.sending[k]
+		return queued || sending
+	}
+}
+
 // pushLocked queues this node's record k for member name.
 func (c *Cluster) pushLocked(name string, k key) {
 	if name == c.name {
@@ -199,14 +222,16 @@ func (c *Cluster) pushWorker() {
 		c.mu.Unlock()
 
 		var sent, failed int
+		recsFailed := false
 		if node != nil {
 			msgs := syncs
 			if len(recs) > 0 {
 				msgs = append(msgs, encodeRecordsAt(v, kindPush, recs, c.clock()))
 			}
-			for _, msg := range msgs {
+			for i, msg := range msgs {
 				if err := c.ml.SendReliable(node, msg); err != nil {
 					failed++
+					recsFailed = recsFailed || len(recs) > 0 && i == len(msgs)-1
 					c.log.Debug("push failed", "member", ob.name, "err", err)
 					continue
 				}
@@ -218,11 +243,19 @@ func (c *Cluster) pushWorker() {
 		c.mu.Lock()
 		c.pushesSent += uint64(sent)
 		c.pushErrors += uint64(failed)
-		if len(ob.keys) > 0 || len(ob.syncs) > 0 {
+		if recsFailed {
+			maps.Copy(ob.keys, ob.sending)
+		}
+		clear(ob.sending)
+		switch {
+		case recsFailed:
+			ob.state = obIdle
+			time.AfterFunc(pushRetry, func() { c.retryPush(ob) })
+		case len(ob.keys) > 0 || len(ob.syncs) > 0:
 			ob.state = obReady
 			c.ready = append(c.ready, ob)
 			c.pushCond.Signal()
-		} else {
+		default:
 			ob.state = obIdle
 			if c.outboxes[ob.name] == ob {
 				delete(c.outboxes, ob.name)
@@ -230,6 +263,17 @@ func (c *Cluster) pushWorker() {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// retryPush sends again what a failed send left in ob, unless something
+// sent it meanwhile or ob was replaced (detachLocked) or dropped.
+func (c *Cluster) retryPush(ob *outbox) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() || c.outboxes[ob.name] != ob || len(ob.keys) == 0 {
+		return
+	}
+	c.scheduleLocked(ob)
 }
 
 // takeLocked empties up to maxPushBatch keys and every anti-entropy
@@ -245,6 +289,9 @@ func (c *Cluster) takeLocked(ob *outbox) (*memberlist.Node, [][]byte, []*record)
 		return nil, nil, nil
 	}
 	var recs []*record
+	if ob.sending == nil {
+		ob.sending = map[key]struct{}{}
+	}
 	for k := range ob.keys {
 		if len(recs) == maxPushBatch {
 			break
@@ -252,6 +299,7 @@ func (c *Cluster) takeLocked(ob *outbox) (*memberlist.Node, [][]byte, []*record)
 		delete(ob.keys, k)
 		if r := c.st.get(k); r != nil && r.Owner == c.name {
 			recs = append(recs, r)
+			ob.sending[k] = struct{}{}
 		}
 	}
 	slices.SortFunc(recs, func(a, b *record) int { return cmp.Compare(a.NetworkID, b.NetworkID) })

@@ -21,25 +21,32 @@ import "time"
 //     differing digests ship everything both ways; the side with the lower
 //     mark ships nothing and leaves it to the other side's turn (the next
 //     message of the exchange, sync.go).
-//   - Settling. A record this node took in (or stamped) less than settle
-//     ago is left out: its owner pushed it to every member at the same
-//     time, and the peer most likely has it on the way. A push that was
-//     lost is repaired one settle later. Records under the peer's own
-//     name are not held back: nothing of its own is on its way to it, and
-//     it must learn at once of those it does not hold (from an earlier
-//     incarnation, or forged), to retract them.
+//   - What is on its way is left out. This node's own records queued for
+//     the peer, or in a push to it under way, are (push.go knows which).
+//     Another owner's record this node took in less than settle ago is
+//     too: its owner pushes to every member and retries a failed push
+//     while the member is alive (push.go), so the peer most likely has
+//     it, or soon will; settle is long enough for a CPU-starved owner's
+//     pushes, since a third party's copy is needed only where the owner
+//     cannot reach the peer and the others can. Records under the peer's
+//     own name are never held back: nothing of its own is on its way to
+//     it, and it must learn at once of those it does not hold (from an
+//     earlier incarnation, or forged), to retract them.
 //
 // Memberships (memberGroup) are few and carry no mark: their group is
 // shipped whole, as before. A peer of wire version 2 sends no marks: its
 // groups are shipped whole too, settled records only.
 
 // settleIntervals is settle in anti-entropy rounds (SyncInterval): a push
-// normally lands in milliseconds, but a CPU-starved node's may take seconds.
-const settleIntervals = 2
+// normally lands in milliseconds, but a CPU-starved owner's may take many
+// seconds (20 at 100 hosts on two cores, before the duplicates it caused
+// were gone).
+const settleIntervals = 10
 
 // shipment returns this node's records of nid for peer, whose differing
-// group digests are theirs.
-func (s *state) shipment(nid, peer string, theirs []ownerDigest, now time.Time) []*record {
+// group digests are theirs; queued says which of this node's own records
+// are on their way to peer (nil: none).
+func (s *state) shipment(nid, peer string, theirs []ownerDigest, queued func(key) bool, now time.Time) []*record {
 	type plan struct {
 		peer  ownerDigest
 		delta bool   // ship only the records above peer.hw, unless below
@@ -83,7 +90,7 @@ func (s *state) shipment(nid, peer string, theirs []ownerDigest, now time.Time) 
 		if p.delta && !above && !r.Deleted {
 			p.below.add(r)
 		}
-		if s.settle > 0 && r.At > settled && r.Owner != peer {
+		if s.onItsWay(r, peer, queued, settled) {
 			p.moving = p.moving || above
 			continue
 		}
@@ -100,4 +107,16 @@ func (s *state) shipment(nid, peer string, theirs []ownerDigest, now time.Time) 
 		}
 	}
 	return out
+}
+
+// onItsWay reports whether r is likely on its way to peer already: see
+// shipment.
+func (s *state) onItsWay(r *record, peer string, queued func(key) bool, settled instant) bool {
+	switch r.Owner {
+	case peer:
+		return false
+	case s.self:
+		return queued != nil && queued(r.key())
+	}
+	return s.settle > 0 && r.At > settled
 }

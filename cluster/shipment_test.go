@@ -37,15 +37,15 @@ func TestShipmentByMarks(t *testing.T) {
 			behind.apply(c(i), srcPush, t0)
 		}
 	}
-	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(behind, "c")}, t0)); !slices.Equal(got, []string{"c4", "c5"}) {
+	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(behind, "c")}, nil, t0)); !slices.Equal(got, []string{"c4", "c5"}) {
 		t.Errorf("ahead ships %v, want [c4 c5]", got)
 	}
-	if got := behind.shipment(netA, "a", []ownerDigest{ownerOf(ahead, "c")}, t0); len(got) != 0 {
+	if got := behind.shipment(netA, "a", []ownerDigest{ownerOf(ahead, "c")}, nil, t0); len(got) != 0 {
 		t.Errorf("behind ships %v, want nothing", eids(got))
 	}
 	v2 := ownerOf(behind, "c")
 	v2.hw = Version{}
-	if got := eids(ahead.shipment(netA, "b", []ownerDigest{v2}, t0)); len(got) != 5 {
+	if got := eids(ahead.shipment(netA, "b", []ownerDigest{v2}, nil, t0)); len(got) != 5 {
 		t.Errorf("ahead ships %v to a peer without marks, want all five", got)
 	}
 
@@ -54,7 +54,7 @@ func TestShipmentByMarks(t *testing.T) {
 	for _, i := range []int{1, 3} {
 		holed.apply(c(i), srcPush, t0)
 	}
-	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(holed, "c")}, t0)); len(got) != 5 {
+	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(holed, "c")}, nil, t0)); len(got) != 5 {
 		t.Errorf("ahead ships %v to a peer with a hole, want all five", got)
 	}
 	// Equal marks, different records: everything.
@@ -62,7 +62,7 @@ func TestShipmentByMarks(t *testing.T) {
 	for _, i := range []int{2, 5} {
 		other.apply(c(i), srcPush, t0)
 	}
-	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(other, "c")}, t0)); len(got) != 5 {
+	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(other, "c")}, nil, t0)); len(got) != 5 {
 		t.Errorf("ahead ships %v at equal marks, want all five", got)
 	}
 	// A delete of an older record the peer holds: while it settles, the
@@ -71,35 +71,40 @@ func TestShipmentByMarks(t *testing.T) {
 	ahead.settle = 2 * time.Second
 	at := t0.Add(time.Minute)
 	ahead.apply(tombRec(netA, "c1", "c", Version{7, 6}, at), srcPush, at)
-	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(behind, "c")}, at)); !slices.Equal(got, []string{"c4", "c5"}) {
+	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(behind, "c")}, nil, at)); !slices.Equal(got, []string{"c4", "c5"}) {
 		t.Errorf("ahead ships %v while deleting c1, want [c4 c5]", got)
 	}
-	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(behind, "c")}, at.Add(2*time.Second))); len(got) != 5 {
+	if got := eids(ahead.shipment(netA, "b", []ownerDigest{ownerOf(behind, "c")}, nil, at.Add(2*time.Second))); len(got) != 5 {
 		t.Errorf("ahead ships %v once the delete settled, want all five (c1's tombstone)", got)
 	}
 }
 
 // TestShipmentLeavesRecentRecords: what this node took in less than
 // settle ago is on its way to the peer from its owner and stays out,
-// unless the peer is its owner; once settled it ships.
+// unless the peer is its owner; once settled it ships. This node's own
+// records stay out while queued for the peer.
 func TestShipmentLeavesRecentRecords(t *testing.T) {
 	a, b := syncPair()
 	a.settle = 2 * time.Second
 	a.apply(liveRec(netA, "c1", "c", "10.0.0.3", "192.168.0.1", Version{7, 1}), srcPush, t0)
 	a.apply(liveRec(netA, "b1", "b", "10.0.0.2", "192.168.0.2", Version{1, 9}), srcPush, t0)
 	theirs := []ownerDigest{ownerOf(b, "c"), ownerOf(b, "b")}
-	if got := eids(a.shipment(netA, "b", theirs, t0.Add(time.Second))); !slices.Equal(got, []string{"b1"}) {
+	if got := eids(a.shipment(netA, "b", theirs, nil, t0.Add(time.Second))); !slices.Equal(got, []string{"b1"}) {
 		t.Errorf("a second after: ships %v, want only b's own [b1]", got)
 	}
-	if got := eids(a.shipment(netA, "b", theirs, t0.Add(2*time.Second))); !slices.Equal(got, []string{"b1", "c1"}) {
+	if got := eids(a.shipment(netA, "b", theirs, nil, t0.Add(2*time.Second))); !slices.Equal(got, []string{"b1", "c1"}) {
 		t.Errorf("settled: ships %v, want [b1 c1]", got)
 	}
-	// Its own records count from when it stamped them.
+	// Its own records stay out while queued for the peer, however old.
 	if err := a.publish(netA, peer("a1", "192.168.0.9", 9), t0); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.shipment(netA, "b", []ownerDigest{ownerOf(b, "a")}, t0.Add(time.Second)); len(got) != 0 {
-		t.Errorf("own record a second old shipped: %v", eids(got))
+	queued := func(k key) bool { return k.eid == "a1" }
+	if got := a.shipment(netA, "b", []ownerDigest{ownerOf(b, "a")}, queued, t0.Add(time.Hour)); len(got) != 0 {
+		t.Errorf("own record queued for the peer shipped: %v", eids(got))
+	}
+	if got := eids(a.shipment(netA, "b", []ownerDigest{ownerOf(b, "a")}, nil, t0)); !slices.Equal(got, []string{"a1"}) {
+		t.Errorf("own record not queued: ships %v, want [a1]", got)
 	}
 }
 

@@ -80,9 +80,10 @@ func (s *state) differing(nid string, theirs []ownerDigest) []ownerDigest {
 	return out
 }
 
-// answerSync works out the reply to a peer's sync entries (after their
-// records were applied): the entries and records to send back.
-func (s *state) answerSync(peer string, in []syncEntry, now time.Time) (out []syncEntry, recs []*record) {
+// answerSync works out the reply to peer's sync entries (after their
+// records were applied): the entries and records to send back. queued
+// is as shipment's.
+func (s *state) answerSync(peer string, in []syncEntry, queued func(key) bool, now time.Time) (out []syncEntry, recs []*record) {
 	for _, e := range in {
 		if !s.interested(e.nid) {
 			continue
@@ -97,7 +98,7 @@ func (s *state) answerSync(peer string, in []syncEntry, now time.Time) (out []sy
 			if len(theirs) == 0 {
 				continue
 			}
-			recs = append(recs, s.shipment(e.nid, peer, theirs, now)...)
+			recs = append(recs, s.shipment(e.nid, peer, theirs, queued, now)...)
 			mine := make([]ownerDigest, 0, len(theirs))
 			for _, g := range theirs {
 				mine = append(mine, ownerDigest{owner: g.owner, d: s.groupDigest(e.nid, g.owner), hw: s.mark(e.nid, g.owner)})
@@ -227,7 +228,7 @@ func (c *Cluster) handleSync(m *message, now time.Time) {
 	if o := c.st.members[m.from]; o != nil && o.alive {
 		o.delivered = true
 	}
-	entries, recs := c.st.answerSync(m.from, m.syncs, now)
+	entries, recs := c.st.answerSync(m.from, m.syncs, c.queuedFor(m.from), now)
 	v := c.versionForLocked(m.from)
 	c.flushLocked()
 	c.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +28,18 @@ func main() {
 	reps := flag.Int("reps", 1, "repetitions; each runs every system of -systems in turn")
 	systems := flag.String("systems", strings.Join(realtime.Systems, ","), "systems to run, comma-separated, in this order")
 	out := flag.String("out", "bench/results/scale-realtime", "directory for h<hosts>.json, .md and .png")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	logger := log.New(os.Stderr, "", log.Ltime)
 	failed := false
@@ -61,6 +73,7 @@ func main() {
 		logger.Printf("%d hosts done in %v; wrote %s/%s.{json,md,png}", n, time.Since(t0).Round(time.Second), *out, base)
 	}
 	if failed {
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
