@@ -5,13 +5,16 @@ package servicelb
 // batches whose size does not grow with the table.
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // sampleSandbox returns a fresh sandbox programmed with sampleServices by
@@ -182,5 +185,32 @@ func TestRefusedIncrementFallsBack(t *testing.T) {
 	tableIs(t, path, svcs)
 	if got := lb.Stats(); got.Replaces != before.Replaces+1 || got.Increments != before.Increments {
 		t.Errorf("renamed: stats %+v -> %+v, want one replace", before, got)
+	}
+}
+
+// TestBatchVerdict: a batch is acknowledged once, at its end; one the
+// kernel refuses anywhere gives the refusal, and applies nothing.
+func TestBatchVerdict(t *testing.T) {
+	path, _, _ := sampleSandbox(t)
+	before := listing(t, path)
+	err := inNamespace(path, bufferBase, bufferBase, func(ns netns.NsHandle, _ *nftables.Conn) error {
+		b, err := newBatch()
+		if err != nil {
+			return err
+		}
+		b.c.AddChain(&nftables.Chain{Name: "fine", Table: newTable()})
+		b.c.DelChain(&nftables.Chain{Name: "absent", Table: newTable()})
+		b.c.AddChain(&nftables.Chain{Name: "fine2", Table: newTable()})
+		if err := b.send(ns, bufferBase, bufferBase); !errors.Is(err, unix.ENOENT) {
+			t.Errorf("a batch deleting an absent chain: %v, want ENOENT", err)
+		}
+		b.c.AddChain(&nftables.Chain{Name: "fine", Table: newTable()})
+		return b.send(ns, bufferBase, bufferBase)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listing(t, path); !strings.Contains(got, "chain fine {") || strings.Contains(got, "fine2") {
+		t.Errorf("after a refused batch and a good one:\n%s\nbefore:\n%s", got, before)
 	}
 }

@@ -33,24 +33,23 @@ func (lb *nftLB) Apply(nsPath string, svcs []Service) error {
 	if err != nil {
 		return err
 	}
-	send, recv := socketBuffers(norm)
-	err = inNamespace(nsPath, send, recv, func(ns netns.NsHandle, c *nftables.Conn) error {
-		gen, gerr := readGeneration(ns)
+	a := apply{lb: lb, path: nsPath, norm: norm}
+	a.send, a.recv = socketBuffers(norm)
+	err = inNamespace(nsPath, a.send, a.recv, func(ns netns.NsHandle, c *nftables.Conn) error {
+		a.ns, a.c = ns, c
+		var gerr error
+		a.gen, gerr = readGeneration(ns)
+		a.genOK = gerr == nil
 		var pending []Backend
-		if old, ok := lb.known.get(nsPath, gen); ok && gerr == nil && len(norm) > 0 {
-			done, removed, err := lb.increment(ns, c, nsPath, gen, old, norm)
+		if old, ok := lb.known.get(nsPath, a.gen); ok && a.genOK && len(norm) > 0 {
+			done, removed, err := a.increment(old)
 			if done {
 				return err
 			}
-			// Refused: the socket may still hold acknowledgements.
 			pending = removed
-			if c, err = nftutil.Conn(ns, nftables.AsLasting(), withBuffers(send, recv)); err != nil {
-				return err
-			}
-			defer c.CloseLasting()
 		}
 		lb.known.forget(nsPath)
-		return lb.replace(ns, c, nsPath, gen, gerr == nil, norm, pending)
+		return a.replace(pending)
 	})
 	if errors.Is(err, ErrNoSandbox) {
 		lb.known.forget(nsPath)
@@ -58,65 +57,84 @@ func (lb *nftLB) Apply(nsPath string, svcs []Service) error {
 	return err
 }
 
+// apply is one Apply's work in one namespace.
+type apply struct {
+	lb         *nftLB
+	ns         netns.NsHandle
+	c          *nftables.Conn // reads the table
+	path       string
+	send, recv int // batch socket's buffers
+	gen        generation
+	genOK      bool // gen was read, before the table
+	norm       []Service
+}
+
 // increment sends the difference from old, which the table holds, to
-// norm. done false means that the table is to be replaced instead: the
+// a.norm. done false means that the table is to be replaced instead: the
 // change is not a delta's, or the kernel refused it (then removed are the
 // backends whose UDP flows the replace must forget).
-func (lb *nftLB) increment(ns netns.NsHandle, c *nftables.Conn, nsPath string, gen generation, old, norm []Service) (done bool, removed []Backend, err error) {
-	d, ok := diff(old, norm)
+func (a *apply) increment(old []Service) (done bool, removed []Backend, err error) {
+	d, ok := diff(old, a.norm)
 	if !ok {
 		return false, nil, nil
 	}
 	if len(d.pairs) == 0 {
 		return true, nil, nil
 	}
-	objects, removed, err := d.queue(c)
+	b, err := newBatch()
 	if err != nil {
-		return true, nil, err // queued, not sent: c cannot be emptied
+		return true, nil, err
 	}
-	if err := flush(c, fmt.Sprintf("change %d of %d services", len(d.pairs), len(norm))); err != nil {
-		lb.counts.fallbacks.Add(1)
+	objects, removed, err := d.queue(b.c)
+	if err != nil {
+		return true, nil, err
+	}
+	if err := b.send(a.ns, a.send, a.recv); err != nil {
+		a.lb.counts.fallbacks.Add(1)
 		return false, removed, nil
 	}
-	lb.counts.increments.Add(1)
-	lb.counts.objects.Add(uint64(objects))
-	lb.known.committed(ns, nsPath, gen, norm)
-	return true, removed, forgetUDP(ns, removed)
+	a.lb.counts.increments.Add(1)
+	a.lb.counts.objects.Add(uint64(objects))
+	a.lb.known.committed(a.ns, a.path, a.gen, a.norm)
+	return true, removed, forgetUDP(a.ns, removed)
 }
 
-// replace makes the table norm by replacing it whole, unless it is norm
-// already; pending are removed backends whose UDP flows are still to be
-// forgotten. genOK says gen was read before the table.
-func (lb *nftLB) replace(ns netns.NsHandle, c *nftables.Conn, nsPath string, gen generation, genOK bool, norm []Service, pending []Backend) error {
-	have, rerr := readTable(c, true)
-	if len(norm) == 0 {
+// replace makes the table a.norm by replacing it whole, unless it is
+// a.norm already; pending are removed backends whose UDP flows are still
+// to be forgotten.
+func (a *apply) replace(pending []Backend) error {
+	have, rerr := readTable(a.c, true)
+	if len(a.norm) == 0 {
 		if rerr == nil && have == nil {
 			return nil
 		}
-		nftutil.QueueRemoveTable(c, newTable())
-		return flush(c, "delete table")
+		nftutil.QueueRemoveTable(a.c, newTable())
+		return flush(a.c, "delete table")
 	}
-	want := build(norm, have.counters())
+	want := build(a.norm, have.counters())
 	if rerr == nil && want.sameAs(have) {
-		if genOK {
-			lb.known.unchanged(nsPath, gen, norm)
+		if a.genOK {
+			a.lb.known.unchanged(a.path, a.gen, a.norm)
 		}
-		return forgetUDP(ns, pending)
+		return forgetUDP(a.ns, pending)
 	}
-	objects, err := want.queueReplace(c)
+	b, err := newBatch()
 	if err != nil {
 		return err
 	}
-	err = flush(c, fmt.Sprintf("replace table with %d services", len(norm)))
-	if err != nil && (!errors.Is(err, unix.ENOBUFS) || !isApplied(ns, want)) {
+	objects, err := want.queueReplace(b.c)
+	if err != nil {
 		return err
 	}
-	lb.counts.replaces.Add(1)
-	lb.counts.objects.Add(uint64(objects))
-	if genOK {
-		lb.known.committed(ns, nsPath, gen, norm)
+	if err := b.send(a.ns, a.send, a.recv); err != nil && (!errors.Is(err, unix.ENOBUFS) || !isApplied(a.ns, want)) {
+		return fmt.Errorf("replace table inet %s with %d services: %w", TableName, len(a.norm), err)
 	}
-	return forgetUDP(ns, append(removedBackends(have, want), pending...))
+	a.lb.counts.replaces.Add(1)
+	a.lb.counts.objects.Add(uint64(objects))
+	if a.genOK {
+		a.lb.known.committed(a.ns, a.path, a.gen, a.norm)
+	}
+	return forgetUDP(a.ns, append(removedBackends(have, want), pending...))
 }
 
 // isApplied reports whether the table in ns is want. After ENOBUFS the
