@@ -214,3 +214,34 @@ func TestBatchVerdict(t *testing.T) {
 		t.Errorf("after a refused batch and a good one:\n%s\nbefore:\n%s", got, before)
 	}
 }
+
+// TestTakesOverAnEarlierRunsTable: a Programmer that did not write the
+// table (a restarted or upgraded plugin) makes its first change a
+// replace that keeps the counters, and the next ones increments.
+func TestTakesOverAnEarlierRunsTable(t *testing.T) {
+	path, _, svcs := sampleSandbox(t)
+	// An earlier run's table, with connections counted.
+	nft(t, path, "flush", "chain", "inet", TableName, "be-203.0.113.100-203.0.113.2")
+	nft(t, path, "add", "rule", "inet", TableName, "be-203.0.113.100-203.0.113.2",
+		"counter", "packets", "3", "bytes", "180", "dnat", "ip", "to", "203.0.113.2")
+	lb := NewNftables()
+	svcs[0].Backends = addrs("203.0.113.2", "203.0.113.3")
+	if err := lb.Apply(path, svcs); err != nil {
+		t.Fatal(err)
+	}
+	svcs[0].Backends = addrs("203.0.113.2", "203.0.113.5")
+	if err := lb.Apply(path, svcs); err != nil {
+		t.Fatal(err)
+	}
+	tableIs(t, path, svcs)
+	if got := lb.Stats(); got.Replaces != 1 || got.Increments != 1 {
+		t.Errorf("Stats %+v, want a replace then an increment", got)
+	}
+	got, err := lb.Counters(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := got[Backend{VIP: a("203.0.113.100"), Addr: a("203.0.113.2")}]; n != 3 {
+		t.Errorf("the earlier run's counter: %d, want 3", n)
+	}
+}
