@@ -1,14 +1,10 @@
 package vip
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/nsthread"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
@@ -45,23 +41,6 @@ func balances(c client, s servicelb.Service) error {
 		}
 		return nil
 	})
-}
-
-// ask connects to dst and returns the address that answered.
-func ask(dst netip.AddrPort) (netip.Addr, error) {
-	conn, err := net.DialTimeout("tcp4", dst.String(), 2*time.Second)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
-		return netip.Addr{}, err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	return netip.ParseAddr(strings.TrimSpace(line))
 }
 
 // checkAll runs check for every client at once and returns the first

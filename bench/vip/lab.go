@@ -19,10 +19,15 @@ import (
 // the lab's namespaces): the clients on one bridge in the backend
 // namespace, which owns every address of tasks as local (one route), and
 // the VIPs, which only the clients' own nat rules ever see.
+const (
+	gatewayCIDR = "198.18.0.1/16" // the bridge's: the clients' default route
+	firstVIP4   = "198.18.128.0"  // service 0's; the next service's is the next
+	tasksCIDR   = "198.19.0.0/16"
+)
+
 var (
-	gateway    = netip.MustParsePrefix("198.18.0.1/16")
-	firstVIP   = netip.MustParseAddr("198.18.128.0")
-	tasksRange = netip.MustParsePrefix("198.19.0.0/16")
+	gateway, tasksRange = netip.MustParsePrefix(gatewayCIDR), netip.MustParsePrefix(tasksCIDR)
+	firstVIP            = netip.MustParseAddr(firstVIP4)
 )
 
 // port is where the backend namespace answers every task address.
@@ -161,21 +166,6 @@ func (l *lab) close() {
 	}
 	if l.dir != "" {
 		os.RemoveAll(l.dir)
-	}
-}
-
-// serve answers each connection with the address it reached (the task's)
-// and closes it.
-func serve(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			fmt.Fprintln(c, c.LocalAddr().(*net.TCPAddr).IP)
-		}()
 	}
 }
 

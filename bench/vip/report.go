@@ -11,12 +11,12 @@ import (
 
 // Report is the vip figure.
 type Report struct {
-	Env     report.Env `json:"env"`
-	Reps    int        `json:"reps"`
-	Tasks   int        `json:"tasks"`
-	Clients int        `json:"clients"`
-	Cases   []Case     `json:"cases"`
-	Runs    []Run      `json:"runs"`
+	Env report.Env `json:"env"`
+	// The settings (Reps, Services, Tasks, Clients, Changes).
+	Options
+	// Cases summarise the Runs, one per service count.
+	Cases []Case `json:"cases"`
+	Runs  []Run  `json:"runs"`
 	// Correct: every run's connections reached exactly the live tasks.
 	Correct bool `json:"correct"`
 }
@@ -66,8 +66,8 @@ func (r *Report) summarise(o Options) {
 
 // Markdown renders the vip figure.
 func (r *Report) Markdown() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Service VIPs at scale\n\n%s\n\n", r.Env.Line(r.Reps))
+	b := strings.Builder{}
+	b.WriteString("# Service VIPs at scale\n\n" + r.Env.Line(r.Reps) + "\n\n")
 	fmt.Fprintf(&b, "The real servicelb on the running kernel: services of %d tasks on one network, %d client namespaces; the tasks are addresses "+
 		"of one backend namespace, which answers each connection with the address it reached. "+
 		"Join: a client's first table, one batch (the same path before and after). "+

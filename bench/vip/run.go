@@ -22,13 +22,13 @@ import (
 
 // Options configure Run.
 type Options struct {
-	Reps     int
-	Services []int // a case per count
-	Tasks    int   // per service
-	Clients  int
+	Reps     int   `json:"reps"`
+	Services []int `json:"services"` // a case per count
+	Tasks    int   `json:"tasks"`    // per service
+	Clients  int   `json:"clients"`
 	// Changes of each way per repetition and case.
-	Changes  int
-	Progress func(string)
+	Changes  int          `json:"changes"`
+	Progress func(string) `json:"-"`
 }
 
 // DefaultOptions are make bench's: issue 24's 1,000 services of 3 tasks
@@ -70,7 +70,7 @@ type Run struct {
 // RunVIP runs every case Reps times, a fresh lab each time; a run that
 // fails is recorded as such, and the report is then not Correct.
 func RunVIP(o Options) *Report {
-	r := &Report{Env: report.NewEnv(), Reps: o.Reps, Tasks: o.Tasks, Clients: o.Clients, Correct: true}
+	r := &Report{Env: report.NewEnv(), Options: o, Correct: true}
 	for rep := range o.Reps {
 		for _, n := range o.Services {
 			o.Progress(fmt.Sprintf("vip: rep %d/%d, %d services x %d tasks, %d clients", rep+1, o.Reps, n, o.Tasks, o.Clients))
