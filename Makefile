@@ -118,11 +118,15 @@ bench-scale-realtime:
 	flock /tmp/overlay-timing.lock build/scale-realtime -hosts $(REALTIME_HOSTS) -reps $(REALTIME_REPS) -systems $(REALTIME_SYSTEMS) -out bench/results/scale-realtime
 
 # make bench: every speed claim against its reference, in the same run,
-# interleaved (docs/benchmarks.md). Three parts (BENCH_PARTS selects):
+# interleaved (docs/benchmarks.md). Four parts (BENCH_PARTS selects):
 # kernel, the kernel path (bench/kernelpath): peers programmed per second,
 # this driver against moby's overlay driver in-process, a raw netlink loop
 # and ip/bridge -batch; Join latency, both drivers; each run a child
 # process in namespaces of its own; bench/results/{peers,join}.*.
+# vip (bench/vip): service VIPs at scale, the real servicelb in 100 client
+# namespaces (prefixed vip) with 100 and 1,000 services of 3 tasks: Join
+# to every VIP balanced, and one task change to every client, the
+# increment against the full replace; bench/results/vip.*.
 # swarm (scripts/bench-swarm.sh): the two-dockerd swarm of the e2e harness
 # in namespaces prefixed obs<pid>; docker run -> reachable from the other
 # node, cold and warm, and cross-host TCP throughput, the plugin against
@@ -134,12 +138,13 @@ bench-scale-realtime:
 # Root; the whole run holds the timing lock. Every part runs even if one
 # before it failed; the target fails if any does. bench-vm: the vm part.
 BENCH_REPS  ?= 3
-BENCH_PARTS ?= kernel swarm vm
+BENCH_PARTS ?= kernel vip swarm vm
 bench: build
 	@mkdir -p build
 	cd bench && CGO_ENABLED=0 $(GO) build -o ../build/bench ./cmd/bench
 	flock $(SCALE_LOCK) bash -c 'st=0; \
 		if [[ " $(BENCH_PARTS) " == *" kernel "* ]]; then build/bench -figures peers,join -reps $(BENCH_REPS) -out bench/results || st=1; fi; \
+		if [[ " $(BENCH_PARTS) " == *" vip "* ]]; then build/bench -figures vip -reps $(BENCH_REPS) -out bench/results || st=1; fi; \
 		if [[ " $(BENCH_PARTS) " == *" swarm "* ]]; then BENCH_REPS=$(BENCH_REPS) bash scripts/bench-swarm.sh || st=1; fi; \
 		if [[ " $(BENCH_PARTS) " == *" vm "* ]]; then build/bench -figures encrypted -reps $(BENCH_REPS) -plugin $(BIN) -out bench/results || st=1; fi; \
 		exit $$st'

@@ -75,20 +75,36 @@
 //
 // # Changes
 //
-// Apply replaces the whole table in one netlink batch (delete, then
-// create), which the kernel applies atomically: a new connection meets
-// either the old rules or the new ones. Conntrack keeps established
+// Every change is one netlink batch, which the kernel applies atomically:
+// a new connection meets either the old rules or the new ones. The first
+// Apply to a sandbox writes the whole table (delete, then create). Later
+// ones write only the difference when the Programmer knows the table is
+// the one it last wrote: it notes the namespace's nf_tables generation
+// after each of its batches (the kernel counts every commit there, by
+// anyone), and finds it unchanged. The difference touches only the
+// services that changed: their VIP's element, their pick map's elements,
+// their service chain's rule, the chains of the backends added and
+// removed; so its size depends on the change, not on the number of
+// services, and the backends that stay keep their chains and counters.
+// Anything else (no note, another generation, another namespace at the
+// path, a renamed service, a difference the kernel refuses) takes Apply
+// back to reading the kernel's table and replacing it whole, which is
+// always right: the resync. So a table left by an earlier run, or changed
+// from outside, is replaced by the first Apply that finds it.
+//
+// Conntrack keeps established
 // connections on their backend whatever the rules become, so removing a
 // backend breaks no connection to the others, and those to the removed one
 // last as long as it answers: a draining task serves its connections to
 // the end. UDP is the exception: a flow has no end the kernel could see,
 // and one that keeps sending would stay on a removed backend forever, so
 // Apply deletes the conntrack entries of UDP flows to the backends it
-// removes; their next datagram is balanced anew. Counters carry over: Apply reads them first
-// and creates the new counters with those values; connections opened in
-// the instant between the read and the batch are not counted. Apply first
-// compares the kernel's table with the one it would create and sends
-// nothing when they are the same, so repeating an Apply is cheap and
+// removes; their next datagram is balanced anew. Counters carry over: a
+// replace reads them first and creates the new counters with those
+// values; connections opened in the instant between the read and the
+// batch are not counted. A replace first compares the kernel's table with
+// the one it would create and sends nothing when they are the same, and a
+// difference of nothing is not sent, so repeating an Apply is cheap and
 // leaves the counters exact.
 //
 // Every other table in the namespace is left alone; in particular the NAT

@@ -37,4 +37,21 @@ type Programmer interface {
 	// Remove deletes the table from the sandbox. Neither a missing table
 	// nor a missing namespace is an error.
 	Remove(nsPath string) error
+	// Stats counts the batches written since the Programmer was made.
+	Stats() Stats
+}
+
+// Stats counts a Programmer's batches, for benchmarks and inspection.
+type Stats struct {
+	// Replaces are batches that wrote a whole table: a sandbox's first,
+	// and any after the table was found other than last written.
+	Replaces uint64
+	// Increments are batches that changed only the services that differ.
+	Increments uint64
+	// Fallbacks are incremental batches refused, then made good by a
+	// replace.
+	Fallbacks uint64
+	// Objects are the nf_tables objects all batches wrote: tables, chains,
+	// rules, sets, set elements, and the deletions of any of them.
+	Objects uint64
 }

@@ -158,29 +158,58 @@ func build(svcs []Service, carried map[Backend]expr.Counter) *ruleset {
 // (counter, DNAT), and one that picks a backend at random through a map
 // from the random number to the backend's chain.
 func (b *builder) addService(s Service, f family, carried map[Backend]expr.Counter) {
-	picks := make([]nftables.SetElement, len(s.Backends))
-	for i, addr := range s.Backends {
-		be := Backend{VIP: s.VIP, Addr: addr}
-		ctr := carried[be]
-		b.addChain(&nftables.Chain{Name: backendName(be)}, ruleSpec{
-			exprs: []expr.Any{
-				&expr.Counter{Packets: ctr.Packets, Bytes: ctr.Bytes},
-				&expr.Immediate{Register: 1, Data: addr.AsSlice()},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto), RegAddrMin: 1, RegAddrMax: 1},
-			},
-			comment: fmt.Sprintf("overlay-plugin: service %s backend %s", clip(s.Name), addr),
-		})
-		picks[i] = gotoElem(binaryutil.NativeEndian.PutUint32(uint32(i)), backendName(be))
+	for _, addr := range s.Backends {
+		be := backendChain(s, addr, f, carried[Backend{VIP: s.VIP, Addr: addr}])
+		b.addChain(be.chain, be.rules...)
 	}
-	m := b.addSet(&nftables.Set{Name: serviceName(s.VIP), IsMap: true, KeyType: nftables.TypeInteger,
-		KeyByteOrder: binaryutil.NativeEndian, DataType: nftables.TypeVerdict}, picks)
-	b.addChain(&nftables.Chain{Name: serviceName(s.VIP)}, ruleSpec{
+	m := b.addSet(pickMap(s.VIP), picks(s, 0, len(s.Backends)))
+	b.addChain(&nftables.Chain{Name: serviceName(s.VIP)}, pickRule(s, m))
+}
+
+// backendChain is the chain that counts and DNATs the connections of s's
+// backend addr, its counter starting from ctr (table not set).
+func backendChain(s Service, addr netip.Addr, f family, ctr expr.Counter) chainSpec {
+	return chainSpec{chain: &nftables.Chain{Name: backendName(Backend{VIP: s.VIP, Addr: addr})}, rules: []ruleSpec{{
+		exprs: []expr.Any{
+			&expr.Counter{Packets: ctr.Packets, Bytes: ctr.Bytes},
+			&expr.Immediate{Register: 1, Data: addr.AsSlice()},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto), RegAddrMin: 1, RegAddrMax: 1},
+		},
+		comment: fmt.Sprintf("overlay-plugin: service %s backend %s", clip(s.Name), addr),
+	}}}
+}
+
+// pickMap is the map, numgen-indexed, from which vip's service chain picks
+// a backend's chain (no table, no ID).
+func pickMap(vip netip.Addr) *nftables.Set {
+	return &nftables.Set{Name: serviceName(vip), IsMap: true, KeyType: nftables.TypeInteger,
+		KeyByteOrder: binaryutil.NativeEndian, DataType: nftables.TypeVerdict}
+}
+
+// picks are the elements i (from <= i < to) of s's pick map: i goes to
+// the chain of s's i-th backend.
+func picks(s Service, from, to int) []nftables.SetElement {
+	out := make([]nftables.SetElement, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, pick(s, i))
+	}
+	return out
+}
+
+func pick(s Service, i int) nftables.SetElement {
+	return gotoElem(binaryutil.NativeEndian.PutUint32(uint32(i)), backendName(Backend{VIP: s.VIP, Addr: s.Backends[i]}))
+}
+
+// pickRule is the service chain's rule: a random number below the number
+// of backends, looked up in m.
+func pickRule(s Service, m *nftables.Set) ruleSpec {
+	return ruleSpec{
 		exprs: []expr.Any{
 			&expr.Numgen{Register: 1, Modulus: uint32(len(s.Backends)), Type: unix.NFT_NG_RANDOM},
 			lookup(m, true),
 		},
 		comment: fmt.Sprintf("overlay-plugin: service %s, one of %d backends at random", clip(s.Name), len(s.Backends)),
-	})
+	}
 }
 
 // daddr loads the destination address of a packet of family f into

@@ -27,23 +27,27 @@ const elemsPerMessage = 256
 // queueReplace queues, on c, the replacement of whatever table of our name
 // exists (a previous Apply's, one damaged from outside, or none) by rs.
 // Chains come first, since map elements jump to them; sets next, since
-// rules look them up; rules last.
-func (rs *ruleset) queueReplace(c *nftables.Conn) error {
+// rules look them up; rules last. It returns the number of objects
+// written: the table, its chains, rules, sets and elements.
+func (rs *ruleset) queueReplace(c *nftables.Conn) (objects int, err error) {
 	nftutil.QueueRemoveTable(c, rs.table)
 	c.AddTable(rs.table)
+	objects = 1 + len(rs.chains) + len(rs.sets)
 	for _, ch := range rs.chains {
 		c.AddChain(ch.chain)
+		objects += len(ch.rules)
 	}
 	for _, s := range rs.sets {
+		objects += len(s.elems)
 		// A message carries the elements in one attribute, whose length
 		// is 16 bits: add a large set's elements over several messages.
 		first := s.elems[:min(len(s.elems), elemsPerMessage)]
 		if err := c.AddSet(s.set, first); err != nil {
-			return fmt.Errorf("queue set %s: %w", s.set.Name, err)
+			return 0, fmt.Errorf("queue set %s: %w", s.set.Name, err)
 		}
 		for rest := s.elems[len(first):]; len(rest) > 0; rest = rest[min(len(rest), elemsPerMessage):] {
 			if err := c.SetAddElements(s.set, rest[:min(len(rest), elemsPerMessage)]); err != nil {
-				return fmt.Errorf("queue elements of set %s: %w", s.set.Name, err)
+				return 0, fmt.Errorf("queue elements of set %s: %w", s.set.Name, err)
 			}
 		}
 	}
@@ -52,7 +56,7 @@ func (rs *ruleset) queueReplace(c *nftables.Conn) error {
 			c.AddRule(&nftables.Rule{Table: rs.table, Chain: ch.chain, Exprs: r.exprs, UserData: nftutil.Comment(r.comment)})
 		}
 	}
-	return nil
+	return objects, nil
 }
 
 // readTable reads our table back from the kernel: nil if there is none.

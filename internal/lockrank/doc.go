@@ -32,6 +32,7 @@
 //	18    Health        health Prober.mu           the data-path probes and paths' states        -
 //	19    KeyRelay      controlplane keyRelay.mu   members' keys held until the IPsec manager    -
 //	20    SourceFilter  vxlanfilter Filter.mu      the nftables batch, filtered VNIs, sources    Network
+//	21    LBTables      servicelb known.mu         the VIP tables known unchanged since written  LBSandboxes
 //
 // Locks of other modules sit below every lock here that calls into them
 // (memberlist's node lock below Network, bbolt's below GroupCommit); the

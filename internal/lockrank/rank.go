@@ -31,6 +31,7 @@ type (
 	Health       struct{}
 	KeyRelay     struct{}
 	SourceFilter struct{}
+	LBTables     struct{}
 )
 
 func (Network) Rank() Rank      { return 1 }
@@ -53,12 +54,13 @@ func (Gate) Rank() Rank         { return 17 }
 func (Health) Rank() Rank       { return 18 }
 func (KeyRelay) Rank() Rank     { return 19 }
 func (SourceFilter) Rank() Rank { return 20 }
+func (LBTables) Rank() Rank     { return 21 }
 
 // Classes lists every class in rank order (the documentation's table is
 // checked against it).
 var Classes = []Class{Network{}, Encryption{}, Publisher{}, Cluster{}, RateLog{}, Driver{}, LBSandboxes{},
 	Refusals{}, GroupCommit{}, SandboxCache{}, Pipeline{}, Echoes{}, EventQueue{}, XFRM{}, Firewall{},
-	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}, SourceFilter{}}
+	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}, SourceFilter{}, LBTables{}}
 
 // Name is a class's name, as the documentation's table writes it.
 func Name(c Class) string {

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/faults"
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
@@ -24,6 +26,13 @@ const (
 	OpApply    Op = "Apply"
 	OpCounters Op = "Counters"
 	OpRemove   Op = "Remove"
+	// Inside an Apply that changes the table, as the real one's two
+	// ways: OpIncrement, the batch of just the services that differ
+	// (tried when the sandbox has a table and no service changed its
+	// name); OpReplace, the whole table (the first, and the fallback when
+	// OpIncrement fails).
+	OpIncrement Op = "Increment"
+	OpReplace   Op = "Replace"
 )
 
 // Errors of Connect.
@@ -51,6 +60,8 @@ type LB struct {
 	gone      map[string]bool     // namespace paths that no longer exist
 
 	faults faults.Injector[Op] // locks itself, a leaf
+
+	replaces, increments, fallbacks atomic.Uint64 // Stats
 }
 
 // New returns a fake in which every namespace path exists (until Vanish)
@@ -135,7 +146,9 @@ func (f *LB) Connect(nsPath string, vip netip.Addr) (netip.Addr, error) {
 // Apply validates svcs as the real Programmer does, then records them. A
 // backend that stays keeps its count; one removed loses it (the kernel
 // deletes its chain, counter included), so it starts again from zero if
-// it comes back.
+// it comes back. A change goes the real one's ways: an increment if the
+// sandbox has a table and no service was renamed, else or if that fails
+// (OpIncrement) a replace (OpReplace), whose failure changes nothing.
 func (f *LB) Apply(nsPath string, svcs []servicelb.Service) error {
 	norm, err := servicelb.Normalize(svcs)
 	if err != nil {
@@ -144,6 +157,55 @@ func (f *LB) Apply(nsPath string, svcs []servicelb.Service) error {
 	if err := f.faults.Check(OpApply, nsPath); err != nil {
 		return err
 	}
+	changed, incremental, err := f.plan(nsPath, norm)
+	if err != nil || !changed {
+		return err
+	}
+	if incremental {
+		if f.faults.Check(OpIncrement, nsPath) == nil {
+			f.increments.Add(1)
+			return f.record(nsPath, norm)
+		}
+		f.fallbacks.Add(1)
+	}
+	if err := f.faults.Check(OpReplace, nsPath); err != nil {
+		return err
+	}
+	f.replaces.Add(1)
+	return f.record(nsPath, norm)
+}
+
+// plan says whether norm changes the sandbox's table, and if so whether
+// an increment can: the sandbox has a table, keeps one, and no VIP's
+// service changes its name.
+func (f *LB) plan(nsPath string, norm []servicelb.Service) (changed, incremental bool, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone[nsPath] {
+		return false, false, fmt.Errorf("fakelb: %s: %w", nsPath, servicelb.ErrNoSandbox)
+	}
+	sb, ok := f.sandboxes[nsPath]
+	if !ok {
+		return len(norm) > 0, false, nil
+	}
+	if len(norm) == 0 {
+		return true, false, nil
+	}
+	names := make(map[netip.Addr]string, len(sb.svcs))
+	for _, s := range sb.svcs {
+		names[s.VIP] = s.Name
+	}
+	incremental = true
+	for _, s := range norm {
+		if n, ok := names[s.VIP]; ok && n != s.Name {
+			incremental = false
+		}
+	}
+	return !reflect.DeepEqual(sb.svcs, norm), incremental, nil
+}
+
+// record makes norm the sandbox's table.
+func (f *LB) record(nsPath string, norm []servicelb.Service) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gone[nsPath] {
@@ -167,6 +229,12 @@ func (f *LB) Apply(nsPath string, svcs []servicelb.Service) error {
 	}
 	f.sandboxes[nsPath] = sb
 	return nil
+}
+
+// Stats counts the fake's replaces, increments and fallbacks; it writes
+// no kernel objects.
+func (f *LB) Stats() servicelb.Stats {
+	return servicelb.Stats{Replaces: f.replaces.Load(), Increments: f.increments.Load(), Fallbacks: f.fallbacks.Load()}
 }
 
 // Counters returns the count of every backend the sandbox balances to,

@@ -205,3 +205,64 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("Sandboxes = %v", got)
 	}
 }
+
+// TestIncrementFallsBack: a change to a sandbox with a table is an
+// increment; a failed increment falls back to a replace, and a failed
+// replace changes nothing; a renamed service is a replace.
+func TestIncrementFallsBack(t *testing.T) {
+	f := fakelb.New()
+	if err := f.Apply(sb, []servicelb.Service{web("198.18.0.1")}); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, f, "198.18.0.100", 2)
+	if err := f.Apply(sb, []servicelb.Service{web("198.18.0.1", "198.18.0.2")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Stats(); got != (servicelb.Stats{Replaces: 1, Increments: 1}) {
+		t.Errorf("Stats = %+v, want a replace then an increment", got)
+	}
+	if err := f.Apply(sb, []servicelb.Service{web("198.18.0.1", "198.18.0.2")}); err != nil || f.Stats().Increments != 1 {
+		t.Errorf("the same again: %v, %+v", err, f.Stats())
+	}
+
+	fail := errors.New("injected")
+	f.SetFault(func(op fakelb.Op, _ string) error {
+		if op == fakelb.OpIncrement {
+			return fail
+		}
+		return nil
+	})
+	if err := f.Apply(sb, []servicelb.Service{web("198.18.0.1", "198.18.0.3")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Stats(); got.Fallbacks != 1 || got.Replaces != 2 {
+		t.Errorf("Stats = %+v, want a fallback to a replace", got)
+	}
+	if n := counters(t, f)[be("198.18.0.100", "198.18.0.1")]; n != 2 {
+		t.Errorf("count of the backend that stayed: %d, want 2", n)
+	}
+
+	f.SetFault(func(op fakelb.Op, _ string) error {
+		if op == fakelb.OpIncrement || op == fakelb.OpReplace {
+			return fail
+		}
+		return nil
+	})
+	if err := f.Apply(sb, []servicelb.Service{web()}); !errors.Is(err, fail) {
+		t.Errorf("both ways failing: %v", err)
+	}
+	if svcs, _ := f.Services(sb); !reflect.DeepEqual(svcs, []servicelb.Service{web("198.18.0.1", "198.18.0.3")}) {
+		t.Errorf("a failed Apply changed the table: %v", svcs)
+	}
+
+	f.SetFault(nil)
+	renamed := web("198.18.0.1", "198.18.0.3")
+	renamed.Name = "www"
+	before := f.Stats()
+	if err := f.Apply(sb, []servicelb.Service{renamed}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Stats(); got.Replaces != before.Replaces+1 || got.Increments != before.Increments {
+		t.Errorf("renamed: %+v -> %+v, want a replace", before, got)
+	}
+}

@@ -1,7 +1,8 @@
 // Command bench runs the figures of make bench. The kernel path (package
 // kernelpath): peer programming and Join latency, this plugin against
 // Docker's overlay driver and the references, each run a child process in
-// namespaces of its own. The swarm (package swarm): docker run → reachable
+// namespaces of its own. Service VIPs at scale (package vip): Join and
+// task-change latency, incremental against full replace. The swarm (package swarm): docker run → reachable
 // and cross-host TCP throughput on a running two-node swarm given by the
 // -swarm-* flags (scripts/bench-swarm.sh builds the swarm and passes them).
 // The encrypted network against the plain one inside the test VM (package
@@ -24,6 +25,7 @@ import (
 	"github.com/overlay-plugin/overlay-plugin/bench/kernelpath"
 	"github.com/overlay-plugin/overlay-plugin/bench/report"
 	"github.com/overlay-plugin/overlay-plugin/bench/swarm"
+	"github.com/overlay-plugin/overlay-plugin/bench/vip"
 )
 
 func main() {
@@ -43,7 +45,7 @@ func main() {
 	}
 	o := kernelpath.DefaultOptions()
 	eo := espvm.DefaultOptions()
-	figures := flag.String("figures", "peers,join", "figures to run: peers, join; reach, throughput (need the -swarm-* flags); encrypted (in the VM)")
+	figures := flag.String("figures", "peers,join", "figures to run: peers, join; vip; reach, throughput (need the -swarm-* flags); encrypted (in the VM)")
 	flag.IntVar(&o.Reps, "reps", o.Reps, "repetitions, interleaved")
 	peers := flag.String("peers", "10000,50000", "peer counts (in all, split over the networks)")
 	nets := flag.String("networks", "1,8", "network counts of the peers figure")
@@ -57,6 +59,11 @@ func main() {
 	flag.StringVar(&eo.VMScript, "vm-script", eo.VMScript, "encrypted figure: scripts/vm/run.sh")
 	out := flag.String("out", "bench/results", "directory for <figure>.{json,md,png}")
 	flag.StringVar(&o.StateDir, "state-dir", "build/bench-state", "directory (on disk) for the plugin's state.db in join runs")
+	vo := vip.DefaultOptions()
+	vipServices := flag.String("vip-services", "100,1000", "vip figure: service counts, a case each")
+	flag.IntVar(&vo.Tasks, "vip-tasks", vo.Tasks, "vip figure: tasks per service")
+	flag.IntVar(&vo.Clients, "vip-clients", vo.Clients, "vip figure: client containers (namespaces)")
+	flag.IntVar(&vo.Changes, "vip-changes", vo.Changes, "vip figure: task changes of each way per repetition and case")
 	so := swarm.DefaultOptions()
 	swarmCLI := flag.String("swarm-docker", "docker", "docker CLI for the swarm figures")
 	swarmHosts := flag.String("swarm-hosts", "", "the swarm's docker daemons, manager first: unix:///run/obs-n1.sock,unix:///run/obs-n2.sock")
@@ -81,6 +88,10 @@ func main() {
 		logger.Fatal(err)
 	}
 	eo.Reps, eo.Progress = o.Reps, o.Progress
+	vo.Reps, vo.Progress = o.Reps, o.Progress
+	if vo.Services, err = ints(*vipServices); err != nil {
+		logger.Fatal(err)
+	}
 	o.Systems = strings.Split(*systems, ",")
 	if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 		logger.Fatal(err)
@@ -131,6 +142,12 @@ func main() {
 			failed = failed || !rep.Correct
 			plt, err := rep.Plot()
 			plotErr = errOr(err, func() error { return report.Write(*out, "join", rep, rep.Markdown(), plt) })
+			v = rep
+		case "vip":
+			rep := vip.RunVIP(vo)
+			failed = failed || !rep.Correct
+			plt, err := rep.Plot()
+			plotErr = errOr(err, func() error { return report.Write(*out, "vip", rep, rep.Markdown(), plt) })
 			v = rep
 		case "encrypted":
 			rep, err := espvm.Measure(eo)
