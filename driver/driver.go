@@ -7,6 +7,7 @@
 // driver's part, top to bottom:
 //
 //	network.mu  →  Driver.mu
+//	network.mu  →  lbNamespace.mu (one per container) → servicelb's mutex
 //	network.mu  →  lbSandboxes.mu, refusals.mu, groupCommit.mu
 //	network.mu  →  the encryption mutex → Driver.mu
 //	network.mu  →  the control plane's mutex
@@ -18,8 +19,10 @@
 //
 // Driver.mu guards only the network table and is the bottom lock of the
 // driver: nothing is locked while it is held and no kernel call is made
-// under it. lbSandboxes.mu (the containers' service VIP tables,
-// services.go), refusals.mu (refusals.go) and groupCommit.mu are leaves.
+// under it. lbSandboxes.mu (which containers have service VIP tables,
+// lbsandboxes.go), refusals.mu (refusals.go) and groupCommit.mu are
+// leaves; an lbNamespace.mu serialises one container's VIP table, taken
+// by goroutines a network's balance starts and waits for.
 // Each network has its own mu guarding everything about that network
 // (endpoints, peer db, FDB refcounts, sandbox) and its kernel state, so
 // operations on one network are serialised while distinct networks proceed

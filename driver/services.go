@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/overlay-plugin/overlay-plugin/servicelb"
 )
@@ -159,12 +160,36 @@ func (d *Driver) balance(n *network) {
 	}
 	want := n.backends()
 	mark := fingerprint(want)
+	type job struct {
+		ep    *endpoint
+		ns    string
+		stale bool
+		err   error
+	}
+	var jobs []job
 	for _, ep := range n.endpoints {
 		if !ep.joined || ep.sandboxKey == "" || ep.balanced == mark {
 			continue
 		}
-		ns := d.sandboxPath(ep.sandboxKey)
-		err := d.lbNS.set(d.lb, ns, n.id, want, ep.balanced == balancedByEarlierRun)
+		jobs = append(jobs, job{ep: ep, ns: d.sandboxPath(ep.sandboxKey), stale: ep.balanced == balancedByEarlierRun})
+	}
+	// Each container's table is its own: they are programmed in parallel,
+	// most of a change's time being the kernel's work per namespace
+	// (the commit's check of the table, conntrack's walk for UDP flows).
+	// Only the goroutines touch jobs[i], until Wait.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, lbParallel)
+	for i := range jobs {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			j := &jobs[i]
+			j.err = d.lbNS.set(d.lb, j.ns, n.id, want, j.stale)
+		})
+	}
+	wg.Wait()
+	for _, j := range jobs {
+		ep, ns, err := j.ep, j.ns, j.err
 		switch {
 		case err == nil:
 			ep.balanced = mark
@@ -189,6 +214,9 @@ func (d *Driver) unbalance(n *network, ep *endpoint) {
 		d.log.Debug("withdraw service VIPs from a leaving container", "network", n.id, "endpoint", ep.id, "err", err)
 	}
 }
+
+// lbParallel bounds the containers programmed at once.
+const lbParallel = 4
 
 // balancedByEarlierRun marks a container adopted at start-up: its table,
 // if any, is the previous run's, unknown to this one.

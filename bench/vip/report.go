@@ -71,13 +71,13 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "The real servicelb on the running kernel: services of %d tasks on one network, %d client namespaces; the tasks are addresses "+
 		"of one backend namespace, which answers each connection with the address it reached. "+
 		"Join: a client's first table, one batch (the same path before and after). "+
-		"A change replaces one task of one service and is written to every client in turn; before: the full replace "+
+		"A change replaces one task of one service and is written to every client, %d at a time as the driver does (each container's table is its own); before: the full replace "+
 		"(a fresh Programmer, which reads, compares and replaces each table, as every change did before), "+
 		"after: the increment; interleaved, the same number of each. "+
 		"CPU: the process's user+system time over the change (nf_tables work runs in its system calls). "+
 		"Correct, checked by connections from inside the clients: after the Joins each client checks its share of the VIPs (together every VIP) "+
 		"and after each change every client checks the changed VIP, each reaching exactly the live tasks (at least %d connections per VIP, until every task answered): %v.\n\n",
-		r.Tasks, r.Clients, minDials, r.Correct)
+		r.Tasks, r.Clients, r.Parallel, minDials, r.Correct)
 	for _, run := range r.Runs {
 		if run.Error != "" {
 			fmt.Fprintf(&b, "- rep %d, %d services stopped: %s\n", run.Rep+1, run.Services, run.Error)

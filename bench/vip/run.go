@@ -10,8 +10,10 @@
 package vip
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,7 +29,11 @@ type Options struct {
 	Tasks    int   `json:"tasks"`    // per service
 	Clients  int   `json:"clients"`
 	// Changes of each way per repetition and case.
-	Changes  int          `json:"changes"`
+	Changes int `json:"changes"`
+	// Parallel is how many clients a change programs at once, both ways:
+	// the driver's bound (driver.lbParallel), since each container's
+	// table is its own.
+	Parallel int          `json:"parallel"`
 	Progress func(string) `json:"-"`
 }
 
@@ -36,7 +42,7 @@ type Options struct {
 // change of each way per repetition (a full replace of 100 tables of
 // 1,000 services takes minutes).
 func DefaultOptions() Options {
-	return Options{Reps: 3, Services: []int{100, 1000}, Tasks: 3, Clients: 100, Changes: 1}
+	return Options{Reps: 3, Services: []int{100, 1000}, Tasks: 3, Clients: 100, Changes: 1, Parallel: 4}
 }
 
 // The two ways a change is written.
@@ -161,7 +167,7 @@ func measure(o Options, run *Run) error {
 	}
 	for k := range 2 * o.Changes {
 		way := []string{Increment, Replace}[(k+run.Rep)%2]
-		ch, err := change(l, lb, w, way, (run.Rep*7919+k*131)%len(w.svcs))
+		ch, err := change(l, lb, w, way, (run.Rep*7919+k*131)%len(w.svcs), o.Parallel)
 		if err != nil {
 			return fmt.Errorf("%s change %d: %w", way, k, err)
 		}
@@ -176,17 +182,15 @@ func measure(o Options, run *Run) error {
 // by a fresh Programmer (nothing known: the full replace, as earlier
 // releases wrote every change); lb then learns the tables again,
 // untimed, by an Apply that finds them right and sends nothing.
-func change(l *lab, lb servicelb.Programmer, w *world, way string, i int) (Change, error) {
+func change(l *lab, lb servicelb.Programmer, w *world, way string, i, parallel int) (Change, error) {
 	svcs := w.replaceTask(i)
 	p := lb
 	if way == Replace {
 		p = servicelb.NewNftables()
 	}
 	st0, cpu0, t := p.Stats(), cpuMs(), time.Now()
-	for _, c := range l.clients {
-		if err := p.Apply(c.path, svcs); err != nil {
-			return Change{}, err
-		}
+	if err := applyAll(p, l.clients, svcs, parallel); err != nil {
+		return Change{}, err
 	}
 	ch := Change{Way: way, Service: i, Ms: ms(time.Since(t)), CPUMs: cpuMs() - cpu0}
 	st := p.Stats()
@@ -204,6 +208,22 @@ func change(l *lab, lb servicelb.Programmer, w *world, way string, i int) (Chang
 		}
 	}
 	return ch, checkAll(l.clients, func(_ int, c client) error { return balances(c, svcs[i]) })
+}
+
+// applyAll writes svcs to every client, parallel at a time.
+func applyAll(p servicelb.Programmer, clients []client, svcs []servicelb.Service, parallel int) error {
+	errs := make([]error, len(clients))
+	slots := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			errs[i] = p.Apply(c.path, svcs)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // cpuMs is the process's user and system CPU time so far.

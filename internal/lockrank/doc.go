@@ -18,7 +18,7 @@
 //	4     Cluster       cluster Cluster.mu         gossip records, members, outboxes             Network
 //	5     RateLog       cluster logLimiter.mu      rejection log rate per reason                 Cluster
 //	6     Driver        driver Driver.mu           the network table, VTEP, nodes, run context   Network, Encryption
-//	7     LBSandboxes   driver lbSandboxes.mu      containers' service VIP tables                Network
+//	7     LBSandboxes   driver lbNamespace.mu      one container's service VIP table             Network
 //	8     Refusals      driver refusals.mu         networks this host refused                    Network
 //	9     GroupCommit   driver groupCommit.mu      the state writes waiting for a transaction    Network
 //	10    SandboxCache  kernel Netlink.mu          open sandbox namespaces and their sockets     Network
@@ -33,6 +33,7 @@
 //	19    KeyRelay      controlplane keyRelay.mu   members' keys held until the IPsec manager    -
 //	20    SourceFilter  vxlanfilter Filter.mu      the nftables batch, filtered VNIs, sources    Network
 //	21    LBTables      servicelb known.mu         the VIP tables known unchanged since written  LBSandboxes
+//	22    LBPaths       driver lbSandboxes.mu      the containers' entries and their users       Network
 //
 // Locks of other modules sit below every lock here that calls into them
 // (memberlist's node lock below Network, bbolt's below GroupCommit); the

@@ -32,6 +32,7 @@ type (
 	KeyRelay     struct{}
 	SourceFilter struct{}
 	LBTables     struct{}
+	LBPaths      struct{}
 )
 
 func (Network) Rank() Rank      { return 1 }
@@ -55,12 +56,13 @@ func (Health) Rank() Rank       { return 18 }
 func (KeyRelay) Rank() Rank     { return 19 }
 func (SourceFilter) Rank() Rank { return 20 }
 func (LBTables) Rank() Rank     { return 21 }
+func (LBPaths) Rank() Rank      { return 22 }
 
 // Classes lists every class in rank order (the documentation's table is
 // checked against it).
 var Classes = []Class{Network{}, Encryption{}, Publisher{}, Cluster{}, RateLog{}, Driver{}, LBSandboxes{},
 	Refusals{}, GroupCommit{}, SandboxCache{}, Pipeline{}, Echoes{}, EventQueue{}, XFRM{}, Firewall{},
-	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}, SourceFilter{}, LBTables{}}
+	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}, SourceFilter{}, LBTables{}, LBPaths{}}
 
 // Name is a class's name, as the documentation's table writes it.
 func Name(c Class) string {

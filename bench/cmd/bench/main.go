@@ -64,6 +64,7 @@ func main() {
 	flag.IntVar(&vo.Tasks, "vip-tasks", vo.Tasks, "vip figure: tasks per service")
 	flag.IntVar(&vo.Clients, "vip-clients", vo.Clients, "vip figure: client containers (namespaces)")
 	flag.IntVar(&vo.Changes, "vip-changes", vo.Changes, "vip figure: task changes of each way per repetition and case")
+	flag.IntVar(&vo.Parallel, "vip-parallel", vo.Parallel, "vip figure: clients a change programs at once (the driver's lbParallel)")
 	so := swarm.DefaultOptions()
 	swarmCLI := flag.String("swarm-docker", "docker", "docker CLI for the swarm figures")
 	swarmHosts := flag.String("swarm-hosts", "", "the swarm's docker daemons, manager first: unix:///run/obs-n1.sock,unix:///run/obs-n2.sock")
