@@ -137,8 +137,8 @@ func (n *network) localClash(ep *endpoint) error {
 // derives from the address): the local endpoint wins it, as it wins the
 // IP (see CreateEndpoint). Caller holds n.mu.
 func (n *network) remoteMACClash(ep *endpoint) error {
-	for _, p := range n.peers.Peers() {
-		if p.Local || p.MAC != ep.mac {
+	for _, p := range n.peers.WithMAC(ep.mac) {
+		if p.Local {
 			continue
 		}
 		if slices.ContainsFunc(p.IPs, func(ip netip.Addr) bool { return slices.Contains(ep.ips(), ip) }) {

@@ -277,6 +277,22 @@ func (db *DB) Peers() []Peer {
 	return out
 }
 
+// WithMAC returns copies of the peers with MAC mac, sorted by endpoint
+// id (usually none or one). It scans
+// without copying the others: CreateEndpoint asks it of every new
+// endpoint, and Peers' copy and sort of 10,000 peers each time cost
+// two fifths of a 100-host rollout's CPU.
+func (db *DB) WithMAC(mac hwaddr.MAC) []Peer {
+	var out []Peer
+	for id, e := range db.peers {
+		if e.mac == mac {
+			out = append(out, db.peer(id, e))
+		}
+	}
+	slices.SortFunc(out, func(a, b Peer) int { return cmp.Compare(a.EndpointID, b.EndpointID) })
+	return out
+}
+
 // Bindings returns the owner of every claimed IP: the desired state.
 func (db *DB) Bindings() map[netip.Addr]Binding {
 	out := make(map[netip.Addr]Binding, db.claims.len())

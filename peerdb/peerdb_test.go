@@ -578,3 +578,18 @@ func TestRandomOps(t *testing.T) {
 		})
 	}
 }
+
+// WithMAC finds the peers holding a MAC, local and remote, by endpoint id.
+func TestWithMAC(t *testing.T) {
+	var db DB
+	mustAdd(t, &db, remote("ep2", "192.0.2.1", 7, "10.0.0.2"))
+	mustAdd(t, &db, local("ep1", 7, "10.0.0.1"))
+	mustAdd(t, &db, remote("ep3", "192.0.2.1", 8, "10.0.0.3"))
+	got := db.WithMAC(mac(7))
+	if len(got) != 2 || got[0].EndpointID != "ep1" || !got[0].Local || got[1].EndpointID != "ep2" || got[1].VTEP != netip.MustParseAddr("192.0.2.1") {
+		t.Errorf("WithMAC(7) = %+v, want ep1 (local) and ep2", got)
+	}
+	if got := db.WithMAC(mac(9)); len(got) != 0 {
+		t.Errorf("WithMAC(9) = %+v, want none", got)
+	}
+}
