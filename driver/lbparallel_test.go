@@ -55,3 +55,19 @@ func TestServicesProgramContainersInParallel(t *testing.T) {
 		}
 	}
 }
+
+// An entry that forget marked gone while a call held it stays when that
+// call reached the namespace (a container took the path again), and
+// goes when it did not: its other networks' services are not lost.
+func TestLBSandboxGoneWhileInUse(t *testing.T) {
+	for _, seen := range []bool{true, false} {
+		var s lbSandboxes
+		e := s.acquire("/ns")
+		e.nets["n1"] = []servicelb.Service{{Name: "web", VIP: netip.MustParseAddr("10.1.0.2")}}
+		s.forget("/ns")
+		s.release("/ns", e, seen)
+		if kept := s.byPath["/ns"] != nil; kept != seen {
+			t.Errorf("call reached the namespace %v: entry kept %v", seen, kept)
+		}
+	}
+}

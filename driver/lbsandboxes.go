@@ -52,12 +52,17 @@ func (s *lbSandboxes) acquire(path string) *lbNamespace {
 }
 
 // release unlocks path's entry e, and removes it if it is unused and
-// empty or gone. With no users nobody holds e.mu, so e.nets is read
-// safely here.
-func (s *lbSandboxes) release(path string, e *lbNamespace) {
+// empty or gone. seen says the call reached the namespace: one there now
+// (a container took the path again) is not gone, whatever forget said
+// while the call waited. With no users nobody holds e.mu, so e.nets is
+// read safely here.
+func (s *lbSandboxes) release(path string, e *lbNamespace, seen bool) {
 	e.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if seen {
+		e.gone = false
+	}
 	if e.users--; e.users == 0 && (len(e.nets) == 0 || e.gone) {
 		delete(s.byPath, path)
 	}
@@ -69,12 +74,14 @@ func (s *lbSandboxes) release(path string, e *lbNamespace) {
 // stale says the namespace may hold what an earlier run programmed.
 // Caller holds nid's network lock, or waits for the goroutine it started
 // to call set (balance).
-func (s *lbSandboxes) set(lb LoadBalancer, path, nid string, svcs []servicelb.Service, stale bool) error {
+func (s *lbSandboxes) set(lb LoadBalancer, path, nid string, svcs []servicelb.Service, stale bool) (err error) {
 	e := s.acquire(path)
-	defer s.release(path, e)
+	called := false
+	defer func() { s.release(path, e, called && err == nil) }()
 	if _, had := e.nets[nid]; !had && len(svcs) == 0 && !stale {
 		return nil // nothing of nid's there to withdraw
 	}
+	called = true
 	if len(svcs) == 0 {
 		delete(e.nets, nid)
 	} else {
@@ -94,8 +101,9 @@ func (s *lbSandboxes) set(lb LoadBalancer, path, nid string, svcs []servicelb.Se
 // counters reads the namespace's connection counts, serialised with set.
 func (s *lbSandboxes) counters(lb LoadBalancer, path string) (map[servicelb.Backend]uint64, error) {
 	e := s.acquire(path)
-	defer s.release(path, e)
-	return lb.Counters(path)
+	c, err := lb.Counters(path)
+	s.release(path, e, err == nil)
+	return c, err
 }
 
 // forget drops the namespace, gone: nothing to program there any more.
