@@ -873,11 +873,9 @@ func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	records := map[string]int{}
-	for _, recs := range c.st.nets {
-		for _, r := range recs {
-			if r.endpoint() {
-				records[r.Owner]++
-			}
+	for _, owners := range c.st.digests {
+		for owner, d := range owners {
+			records[owner] += int(d.count)
 		}
 	}
 	out := make([]Member, 0, len(c.st.members))
@@ -1005,17 +1003,19 @@ func (c *Cluster) Stats() Stats {
 			}
 		}
 	}
-	for _, recs := range st.nets {
-		for _, r := range recs {
-			switch {
-			case r.Deleted:
-				s.Tombstones++
-			case r.Owner == c.name:
-				s.OwnRecords++
-				s.Records++
-			default:
-				s.Records++
+	// The digests count every live endpoint record, by owner: Stats is
+	// called per metrics scrape and must not scan the table.
+	for _, owners := range st.digests {
+		for owner, d := range owners {
+			s.Records += int(d.count)
+			if owner == c.name {
+				s.OwnRecords += int(d.count)
 			}
+		}
+	}
+	for k := range st.tombs {
+		if !isMemberEID(k.eid) {
+			s.Tombstones++
 		}
 	}
 	for _, m := range st.members {

@@ -152,6 +152,7 @@ type state struct {
 	// the peer (sync.go).
 	settle  time.Duration
 	own     map[key]struct{} // this node's keys (live and tombstones); others' are found by scanning
+	tombs   map[key]struct{} // the keys of tombstones, endpoints' and memberships': sweep visits only these
 	members map[string]*member
 	pending map[string]map[key]pendingRec // owner → newest record per key
 	npend   int
@@ -188,6 +189,7 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 		digests:     map[string]map[string]*digest{},
 		marks:       map[string]map[string]Version{},
 		own:         map[key]struct{}{},
+		tombs:       map[key]struct{}{},
 		members:     map[string]*member{},
 		adverts:     map[string]advert{},
 		refused:     map[string]bool{},
@@ -229,6 +231,11 @@ func (s *state) put(r *record) {
 	if r.Owner == s.self {
 		s.own[k] = struct{}{}
 	}
+	if r.Deleted {
+		s.tombs[k] = struct{}{}
+	} else {
+		delete(s.tombs, k)
+	}
 }
 
 func (s *state) del(k key) {
@@ -237,6 +244,7 @@ func (s *state) del(k key) {
 		return
 	}
 	delete(s.own, k)
+	delete(s.tombs, k)
 	s.unindexDigest(old)
 	tbl := s.table(k)
 	recs := tbl[k.nid]
@@ -816,14 +824,10 @@ func (s *state) sweep(now time.Time) {
 			delete(s.members, name)
 		}
 	}
-	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
-		for nid, recs := range tbl {
-			for eid, r := range recs {
-				if r.Deleted && now.Sub(r.At.time()) >= s.tombTTL {
-					s.del(key{nid, eid})
-					s.expired++
-				}
-			}
+	for k := range s.tombs {
+		if now.Sub(s.get(k).At.time()) >= s.tombTTL {
+			s.del(k)
+			s.expired++
 		}
 	}
 	for owner, p := range s.pending {
