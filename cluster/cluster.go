@@ -210,10 +210,15 @@ type Cluster struct {
 	// (dials and open connections) at Close; see abortableTransport.
 	streams       context.Context
 	cancelStreams context.CancelFunc
-	closed        atomic.Bool
-	closeOnce     sync.Once
-	closeErr      error
-	wg            sync.WaitGroup
+	// pool holds the sessions to members (streampool.go); nil with a
+	// transport of the caller's. muxPeers are the members that take
+	// sessions (name → struct{}), read by the transport without c.mu.
+	pool      *streamPool
+	muxPeers  sync.Map
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup
 }
 
 // New creates the memberlist, starts the goroutines and joins the seeds in
@@ -375,6 +380,10 @@ func New(cfg Config) (*Cluster, error) {
 			c.cancelStreams()
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
+		if c.wireHi >= wireMux {
+			t.pool = newStreamPool(c.streams, t.dialPlain, c.takesSessions, mc.Logger)
+			c.pool = t.pool
+		}
 		mc.Transport = t
 	}
 	nat, ok := mc.Transport.(memberlist.NodeAwareTransport)
@@ -383,6 +392,9 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, errors.New("cluster: the Transport must be a memberlist.NodeAwareTransport")
 	}
 	screen := newScreenTransport(nat, cfg.SecretKey, c.refuseInput, c.isMemberAddr)
+	if c.pool != nil {
+		screen.acceptSessions(mc.Logger, c.isMemberGossipAddr, c.pool)
+	}
 	mc.Transport = screen
 
 	c.queue = &memberlist.TransmitLimitedQueue{
@@ -416,6 +428,10 @@ func New(cfg Config) (*Cluster, error) {
 	self := ml.LocalNode()
 	c.port = int(self.Port)
 	c.selfAddr = self.Address()
+	if c.pool != nil {
+		a := c.selfAddr
+		c.pool.self.Store(&a)
+	}
 	// Seeds without a port use the gossip port; normalise them now that
 	// the port is known (BindPort 0 picks one).
 	c.mu.Lock()
@@ -957,6 +973,9 @@ type Stats struct {
 	SinkErrors               uint64
 	MetaPushPulls            uint64 // push/pull rounds that carried a node meta change
 	PushesSent               uint64 // messages sent straight to a member (pushes and anti-entropy)
+	SessionsDialed           uint64 // multiplexed connections dialed to members (streampool.go)
+	StreamsOverSessions      uint64 // gossip streams (every message memberlist sends over TCP) carried by a session
+	StreamsOwnConnection     uint64 // gossip streams dialed as a connection of their own (joins, 0.1.0 members)
 	PushErrors               uint64 // such messages that could not be sent
 	PushesDropped            uint64 // records or messages dropped for a member that is gone
 	SyncsSent                uint64 // anti-entropy rounds started with a member
@@ -1017,6 +1036,9 @@ func (c *Cluster) Stats() Stats {
 		if !isMemberEID(k.eid) {
 			s.Tombstones++
 		}
+	}
+	if c.pool != nil {
+		s.SessionsDialed, s.StreamsOverSessions, s.StreamsOwnConnection = c.pool.dialed.Load(), c.pool.muxed.Load(), c.pool.plainDials.Load()
 	}
 	for _, m := range st.members {
 		switch {

@@ -160,12 +160,16 @@ func (e *events) up(n *memberlist.Node, msg string) {
 		c.ownMeta = meta
 	}
 	var wasEpoch uint64
+	var wasAddr netip.AddrPort
 	wasAlive := false
 	if m := c.st.members[n.Name]; m != nil {
-		wasAlive, wasEpoch = m.alive, m.epoch
+		wasAlive, wasEpoch, wasAddr = m.alive, m.epoch, m.addr
 	}
 	back := c.st.memberUp(n.Name, addr, meta, now)
 	c.st.setWire(n.Name, n.DMin, n.DMax)
+	if m := c.st.members[n.Name]; m != nil && (!wasAlive || m.epoch != wasEpoch || wasAddr != addr) {
+		c.sessionsChanged(n.Name, m.wireOf(), wasAddr)
+	}
 	c.flushLocked()
 	if back && addr.IsValid() {
 		c.comebacks[addr.String()] = true
@@ -200,6 +204,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	now := c.clock()
 	c.mu.Lock()
 	c.st.memberDown(n.Name, now)
+	c.sessionsChanged(n.Name, 0, nodeAddr(n))
 	if cand := c.cands[nodeAddr(n).String()]; cand != nil {
 		cand.lastAlive = now
 	}

@@ -64,6 +64,19 @@ func (c *Cluster) isMemberAddr(a netip.Addr) bool {
 	return false
 }
 
+// isMemberGossipAddr says whether a is a live member's gossip address and
+// port: the address a session's dialer gives (streampool.go).
+func (c *Cluster) isMemberGossipAddr(a netip.AddrPort) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.st.members {
+		if m.alive && m.addr == a && m.name != c.name {
+			return true
+		}
+	}
+	return false
+}
+
 // Rejections returns every reason's count, by name, zeros included.
 func (s Stats) Rejections() map[string]uint64 {
 	out := make(map[string]uint64, numReasons)

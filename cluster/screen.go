@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/yamux"
 )
 
 // screenTransport stands between memberlist and its transport and refuses
@@ -40,6 +43,16 @@ type screenTransport struct {
 
 	packets chan *memberlist.Packet
 	streams chan net.Conn
+	// sessionLog, once acceptSessions set it, is yamux's logger, and
+	// sessions from members are taken (streampool.go); muxed carries their
+	// streams to forwardStreams, to be checked as accepted streams are.
+	sessionLog atomic.Pointer[log.Logger]
+	muxed      chan net.Conn
+	// memberAt says whether an address is a member's gossip address;
+	// adopt keeps a session taken from it as this node's to it. Set
+	// before the transport is used.
+	memberAt func(netip.AddrPort) bool
+	adopt    func(addr string, sess *yamux.Session)
 	// member says whether an address is a member's gossip address.
 	member func(netip.Addr) bool
 	// checked gets each accepted stream whose check ended, for
@@ -76,7 +89,7 @@ func newScreenTransport(t memberlist.NodeAwareTransport, key []byte, refuse func
 		member = func(netip.Addr) bool { return false }
 	}
 	g := &screenTransport{NodeAwareTransport: t, key: key, refuse: refuse, member: member,
-		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), done: make(chan struct{}),
+		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), muxed: make(chan net.Conn), done: make(chan struct{}),
 		drained: make(chan struct{}), checked: make(chan admitted, maxPendingStreams), headWait: streamHeadWait}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.wg.Add(2)
@@ -116,47 +129,60 @@ func (g *screenTransport) forwardPackets() {
 	}
 }
 
-// forwardStreams admits the accepted streams to their check; it alone
-// keeps the counts of those being checked, by source.
+// forwardStreams admits the accepted streams, and the streams of the
+// sessions taken, to their check; it alone keeps the counts of those
+// being checked, by source.
 func (g *screenTransport) forwardStreams() {
 	defer g.wg.Done()
 	in := g.NodeAwareTransport.StreamCh()
-	perSource := map[netip.Addr]int{}
-	strangers := 0 // streams being checked from non-members
+	p := pendingStreams{perSource: map[netip.Addr]int{}}
 	for {
 		select {
 		case <-g.done:
 			return
 		case a := <-g.checked:
-			if perSource[a.source]--; perSource[a.source] == 0 {
-				delete(perSource, a.source)
+			if p.perSource[a.source]--; p.perSource[a.source] == 0 {
+				delete(p.perSource, a.source)
 			}
 			if a.stranger {
-				strangers--
+				p.strangers--
 			}
+		case c := <-g.muxed:
+			g.admit(&p, c)
 		case c := <-in:
-			a := sourceOf(c.RemoteAddr())
-			member := g.member(a)
-			var full string
-			switch {
-			case a.IsValid() && perSource[a] >= maxPendingPerSource:
-				full = fmt.Sprintf("%d streams from %s are being checked already", maxPendingPerSource, a)
-			case !member && strangers >= maxPendingStreams:
-				full = fmt.Sprintf("%d streams from non-members are being checked already", maxPendingStreams)
-			}
-			if full != "" {
-				g.refuse("stream", c.RemoteAddr(), reject(RejectStreamLimit, "%s", full))
-				c.Close()
-				continue
-			}
-			perSource[a]++
-			if !member {
-				strangers++
-			}
-			g.wg.Add(1)
-			go g.checkAccepted(c, admitted{a, !member})
+			g.admit(&p, c)
 		}
 	}
+}
+
+// pendingStreams counts the streams being checked; forwardStreams' own.
+type pendingStreams struct {
+	perSource map[netip.Addr]int
+	strangers int // from non-members
+}
+
+// admit starts c's check, or refuses c over the bounds.
+func (g *screenTransport) admit(p *pendingStreams, c net.Conn) {
+	a := sourceOf(c.RemoteAddr())
+	member := g.member(a)
+	var full string
+	switch {
+	case a.IsValid() && p.perSource[a] >= maxPendingPerSource:
+		full = fmt.Sprintf("%d streams from %s are being checked already", maxPendingPerSource, a)
+	case !member && p.strangers >= maxPendingStreams:
+		full = fmt.Sprintf("%d streams from non-members are being checked already", maxPendingStreams)
+	}
+	if full != "" {
+		g.refuse("stream", c.RemoteAddr(), reject(RejectStreamLimit, "%s", full))
+		c.Close()
+		return
+	}
+	p.perSource[a]++
+	if !member {
+		p.strangers++
+	}
+	g.wg.Add(1)
+	go g.checkAccepted(c, admitted{a, !member})
 }
 
 // admitted is an accepted stream being checked: its source, and whether
@@ -192,6 +218,10 @@ func (g *screenTransport) checkAccepted(c net.Conn, a admitted) {
 		return
 	}
 	head, err := g.readHead(c, true)
+	if errors.Is(err, errSessionPreface) {
+		g.takeSession(c, a, head)
+		return
+	}
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -326,6 +356,9 @@ func (g *screenTransport) readHead(conn net.Conn, accepted bool) ([]byte, error)
 	t, err := h.take(1)
 	if err != nil {
 		return nil, err
+	}
+	if accepted && t[0] == muxPreface {
+		return h.buf, errSessionPreface
 	}
 	if g.key == nil {
 		if t[0] == mlEncrypt {

@@ -31,6 +31,9 @@ type abortableTransport struct {
 	*memberlist.NetTransport
 	ctx    context.Context
 	source atomic.Pointer[net.TCPAddr] // nil: the kernel picks
+	// pool carries the streams to members that take sessions
+	// (streampool.go); nil: every stream is a connection of its own.
+	pool *streamPool
 }
 
 // newAbortableTransport binds memberlist's transport as memberlist would
@@ -74,15 +77,23 @@ func (t *abortableTransport) DialTimeout(addr string, timeout time.Duration) (ne
 }
 
 func (t *abortableTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if t.pool != nil {
+		return t.pool.open(a.Name, a.Addr, timeout)
+	}
+	return t.dialPlain(a.Addr, timeout)
+}
+
+// dialPlain dials a connection of its own to addr.
+func (t *abortableTransport) dialPlain(addr string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	if src := t.source.Load(); src != nil {
 		d.LocalAddr = src
 	}
-	conn, err := d.DialContext(t.ctx, "tcp", a.Addr)
+	conn, err := d.DialContext(t.ctx, "tcp", addr)
 	if errors.Is(err, syscall.EADDRNOTAVAIL) && d.LocalAddr != nil {
 		t.source.Store(nil) // not an address of this host's
 		d.LocalAddr = nil
-		conn, err = d.DialContext(t.ctx, "tcp", a.Addr)
+		conn, err = d.DialContext(t.ctx, "tcp", addr)
 	}
 	if err != nil {
 		return nil, err

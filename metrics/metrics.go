@@ -119,6 +119,8 @@ var (
 	clReceived = desc("gossip_records_received_total", "Remote records received, by path (push, gossip, anti_entropy, push_pull), each counted once whatever became of it.", "source")
 	clStaleBy  = desc("gossip_records_stale_total", "Remote records received that were no newer than what was held (duplicates), by path as gossip_records_received_total.", "source")
 	clPushes   = desc("gossip_pushes_total", "Messages sent straight to a member (pushes and anti-entropy), by result (sent, failed, dropped: the member was gone).", "result")
+	clStreams  = desc("gossip_streams_total", "TCP streams this node opened to members (pushes, anti-entropy, push/pull, fallback pings), by how: session (over the one multiplexed connection kept per member), connection (a connection of its own: joins, members of release 0.1.0).", "via")
+	clSessions = desc("gossip_sessions_dialed_total", "Multiplexed connections dialed to members; each carries that member's streams until it leaves, restarts or is idle 2 minutes.")
 	clSyncs    = desc("gossip_anti_entropy_total", "Anti-entropy digest exchanges, by direction (started, received).", "direction")
 	clRejected = desc("gossip_rejected_total", "Gossip input refused, by reason: decrypt, plain (plaintext in an encrypted cluster), compressed, unknown_type, malformed, misdirected (a ping for another node), queue_full (memberlist's handler queue), stale (no newer than what is held; duplicates are routine), ownership (an endpoint another node owns), vtep_mismatch, owner_gone, wire_version (a message or a node of a wire version this node does not speak), stream_idle (a gossip connection that sent no whole first message in time), stream_limit (a gossip connection over the bound of those not yet checked).", "reason")
 	clOther    = map[string]*prometheus.Desc{
@@ -278,6 +280,9 @@ func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	counter(ch, clPushes, s.PushesSent, "sent")
 	counter(ch, clPushes, s.PushErrors, "failed")
 	counter(ch, clPushes, s.PushesDropped, "dropped")
+	counter(ch, clStreams, s.StreamsOverSessions, "session")
+	counter(ch, clStreams, s.StreamsOwnConnection, "connection")
+	counter(ch, clSessions, s.SessionsDialed)
 	counter(ch, clSyncs, s.SyncsSent, "started")
 	counter(ch, clSyncs, s.SyncsReceived, "received")
 	for reason, v := range s.Rejections() {
