@@ -213,12 +213,19 @@ type Cluster struct {
 	// pool holds the sessions to members (streampool.go); nil with a
 	// transport of the caller's. muxPeers are the members that take
 	// sessions (name → struct{}), read by the transport without c.mu.
-	pool      *streamPool
-	muxPeers  sync.Map
-	closed    atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
-	wg        sync.WaitGroup
+	pool     *streamPool
+	muxPeers sync.Map
+	// channels are the open channels to members, by name (channel.go);
+	// chMu guards the map, a leaf. key is the cluster key (nil: none),
+	// tcpTimeout memberlist's.
+	chMu       lockrank.Mutex[lockrank.Channels]
+	channels   map[string]*channel
+	key        []byte
+	tcpTimeout time.Duration
+	closed     atomic.Bool
+	closeOnce  sync.Once
+	closeErr   error
+	wg         sync.WaitGroup
 }
 
 // New creates the memberlist, starts the goroutines and joins the seeds in
@@ -393,9 +400,10 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	screen := newScreenTransport(nat, cfg.SecretKey, c.refuseInput, c.isMemberAddr)
 	if c.pool != nil {
-		screen.acceptSessions(mc.Logger, c.isMemberGossipAddr, c.pool)
+		screen.acceptSessions(mc.Logger, c.isMemberGossipAddr, c.pool, (&delegate{c}).NotifyMsg)
 	}
 	mc.Transport = screen
+	c.channels, c.key, c.tcpTimeout = map[string]*channel{}, cfg.SecretKey, mc.TCPTimeout
 
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },

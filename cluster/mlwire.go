@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 )
 
 // What memberlist v0.7.0 accepts from the network, checked before it sees
@@ -176,6 +177,28 @@ func checkStreamType(t byte, types map[byte]bool) *rejection {
 	return nil
 }
 
+// gcms caches the AES-GCM of each key used (string(key) → cipher.AEAD):
+// building one is most of the cost of a gossip message's decryption. The
+// standard library's AES-GCM keeps no state between calls, so one serves
+// every goroutine.
+var gcms sync.Map
+
+func gcmFor(key []byte) (cipher.AEAD, error) {
+	if g, ok := gcms.Load(string(key)); ok {
+		return g.(cipher.AEAD), nil
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	g, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	gcms.Store(string(key), g)
+	return g, nil
+}
+
 // openPayload decrypts what memberlist's encryptPayload made (security.go)
 // into a new slice, and refuses what memberlist's own decryption would
 // choke on: a version-0 plaintext whose padding is not PKCS7 (pkcs7decode
@@ -187,11 +210,7 @@ func openPayload(key, msg, aad []byte) ([]byte, error) {
 	if msg[0] > 1 {
 		return nil, fmt.Errorf("unknown encryption version %d", msg[0])
 	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	gcm, err := cipher.NewGCM(block)
+	gcm, err := gcmFor(key)
 	if err != nil {
 		return nil, err
 	}

@@ -229,7 +229,7 @@ func (c *Cluster) pushWorker() {
 				msgs = append(msgs, encodeRecordsAt(v, kindPush, recs, c.clock()))
 			}
 			for i, msg := range msgs {
-				if err := c.ml.SendReliable(node, msg); err != nil {
+				if err := c.sendDirect(node, msg); err != nil {
 					failed++
 					recsFailed = recsFailed || len(recs) > 0 && i == len(msgs)-1
 					c.log.Debug("push failed", "member", ob.name, "err", err)

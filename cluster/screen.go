@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/hashicorp/yamux"
 )
 
 // screenTransport stands between memberlist and its transport and refuses
@@ -52,7 +51,10 @@ type screenTransport struct {
 	// adopt keeps a session taken from it as this node's to it. Set
 	// before the transport is used.
 	memberAt func(netip.AddrPort) bool
-	adopt    func(addr string, sess *yamux.Session)
+	adopt    func(addr string, sess *session)
+	// deliver takes a channel's messages (channel.go); nil: channels
+	// are left to memberlist, which refuses their first message.
+	deliver func([]byte)
 	// member says whether an address is a member's gossip address.
 	member func(netip.Addr) bool
 	// checked gets each accepted stream whose check ended, for
@@ -230,6 +232,14 @@ func (g *screenTransport) checkAccepted(c net.Conn, a admitted) {
 		c.Close()
 		return
 	}
+	if g.deliver != nil && !a.stranger && isChannelOpen(head) {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.serveChannel(c, g.deliver)
+		}()
+		return
+	}
 	// The head is read: the rest is memberlist's, under its own deadline.
 	// (A peer that closed after writing makes some conns, net.Pipe among
 	// them, refuse deadlines from then on: checkedConn overlooks that.)
@@ -349,6 +359,22 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 // In an encrypted cluster what it returns is the message decrypted.
 func (g *screenTransport) readHead(conn net.Conn, accepted bool) ([]byte, error) {
 	h := &headReader{r: conn, max: maxHead}
+	msg, err := g.readFrom(h, conn, accepted)
+	if err != nil || g.key != nil {
+		return msg, err
+	}
+	return h.buf, nil // with what was read past the message: memberlist reads on
+}
+
+// readMessage reads and checks a channel's next message (readFrom), and
+// returns it, decrypted; h keeps what was read past it.
+func (g *screenTransport) readMessage(h *headReader, conn net.Conn) ([]byte, error) {
+	return g.readFrom(h, conn, true)
+}
+
+// readFrom is readHead's, on h; in plaintext it returns the message alone
+// (h.buf[:h.pos]), or the type byte of a dialed stream's answer.
+func (g *screenTransport) readFrom(h *headReader, conn net.Conn, accepted bool) ([]byte, error) {
 	types := answerTypes
 	if accepted {
 		types = requestTypes
@@ -372,7 +398,7 @@ func (g *screenTransport) readHead(conn net.Conn, accepted bool) ([]byte, error)
 				return nil, g.headError(conn, err)
 			}
 		}
-		return h.buf, nil
+		return h.buf[:h.pos], nil
 	}
 	if t[0] != mlEncrypt {
 		return nil, g.refuseStream(conn, reject(RejectPlain, "plaintext stream in an encrypted cluster"))

@@ -8,12 +8,12 @@ import (
 	"log"
 	"net"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 )
 
 // Multiplexed streams. memberlist dials a TCP connection for every stream
@@ -81,12 +81,12 @@ type streamPool struct {
 	// node dialed (screenTransport.serveSession); self is this node's
 	// gossip address, sent in the preface (nil until known: plain
 	// streams). Both are set before the first dial.
-	serve func(*yamux.Session)
+	serve func(*session)
 	self  atomic.Pointer[string]
 
 	// mu guards sessions and plain. A leaf: nothing is called with it
 	// held but map and channel operations.
-	mu       sync.Mutex
+	mu       lockrank.Mutex[lockrank.StreamPool]
 	sessions map[string]*poolSession
 	plain    map[string]time.Time // address → until when it gets plain streams
 
@@ -98,7 +98,7 @@ type streamPool struct {
 // poolSession is a session being dialed (ready open) or up.
 type poolSession struct {
 	ready chan struct{} // closed once sess or err is set
-	sess  *yamux.Session
+	sess  *session
 	err   error
 	used  atomic.Int64 // unix nanoseconds of the last stream opened
 }
@@ -128,12 +128,34 @@ func (p *streamPool) open(name, addr string, timeout time.Duration) (net.Conn, e
 		if err == nil {
 			ps.used.Store(time.Now().UnixNano())
 			p.muxed.Add(1)
-			return &pooledStream{Stream: st, sess: ps.sess}, nil
+			return ps.sess.wrap(st), nil
 		}
 		p.drop(addr, ps)
 	}
 	return p.dialOwn(addr, timeout)
 }
+
+// openSession returns a stream on a session to member name at addr, or
+// errNoSession where it would be a connection of its own.
+func (p *streamPool) openSession(name, addr string, timeout time.Duration) (net.Conn, error) {
+	if name == "" || p.self.Load() == nil || !p.muxOK(name) || p.plainFor(addr) {
+		return nil, errNoSession
+	}
+	ps, err := p.session(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ps.sess.OpenStream()
+	if err != nil {
+		p.drop(addr, ps)
+		return nil, err
+	}
+	ps.used.Store(time.Now().UnixNano())
+	p.muxed.Add(1)
+	return ps.sess.wrap(st), nil
+}
+
+var errNoSession = errors.New("the member takes no session")
 
 func (p *streamPool) dialOwn(addr string, timeout time.Duration) (net.Conn, error) {
 	p.plainDials.Add(1)
@@ -193,7 +215,7 @@ func (p *streamPool) session(addr string, timeout time.Duration) (*poolSession, 
 var errMuxRefused = errors.New("session refused")
 
 // dialSession dials addr and opens a session on it.
-func (p *streamPool) dialSession(addr string, timeout time.Duration) (*yamux.Session, error) {
+func (p *streamPool) dialSession(addr string, timeout time.Duration) (*session, error) {
 	conn, err := p.dial(addr, timeout)
 	if err != nil {
 		return nil, err
@@ -202,7 +224,7 @@ func (p *streamPool) dialSession(addr string, timeout time.Duration) (*yamux.Ses
 		conn.Close()
 		return nil, err
 	}
-	sess, err := yamux.Client(conn, muxConfig(p.logger))
+	sess, err := startSession(conn, yamux.Client, muxConfig(p.logger))
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -241,13 +263,13 @@ func (p *streamPool) drop(addr string, ps *poolSession) {
 	}
 	p.mu.Unlock()
 	if ps.sess != nil {
-		ps.sess.Close()
+		ps.sess.end()
 	}
 }
 
 // adopt makes a session a member dialed to this node, from its gossip
 // address addr, this node's session to it, unless it has one up.
-func (p *streamPool) adopt(addr string, sess *yamux.Session) {
+func (p *streamPool) adopt(addr string, sess *session) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ps := p.sessions[addr]; ps != nil {
@@ -317,25 +339,10 @@ func (p *streamPool) closeIdle() {
 		p.mu.Unlock()
 		for _, ps := range old {
 			if ps.sess != nil {
-				ps.sess.Close()
+				ps.sess.end()
 			}
 		}
 	}
-}
-
-// pooledStream is a session's stream; a failed write ends the session,
-// whose connection is broken or stuck.
-type pooledStream struct {
-	*yamux.Stream
-	sess *yamux.Session
-}
-
-func (s *pooledStream) Write(b []byte) (int, error) {
-	n, err := s.Stream.Write(b)
-	if err != nil && !errors.Is(err, yamux.ErrStreamClosed) {
-		s.sess.Close()
-	}
-	return n, err
 }
 
 // sessionsChanged follows a change of member name: its wire version
@@ -349,8 +356,13 @@ func (c *Cluster) sessionsChanged(name string, wire byte, addr netip.AddrPort) {
 	} else {
 		c.muxPeers.Delete(name)
 	}
-	if c.pool != nil && addr.IsValid() {
-		go c.pool.forget(addr.String())
+	if c.pool != nil {
+		go func() {
+			c.closeChannel(name)
+			if addr.IsValid() {
+				c.pool.forget(addr.String())
+			}
+		}()
 	}
 }
 
@@ -365,12 +377,12 @@ var errSessionPreface = errors.New("session preface")
 
 // acceptSessions makes the screen take sessions from members, and serve
 // those pool dials.
-func (g *screenTransport) acceptSessions(logger *log.Logger, memberAt func(netip.AddrPort) bool, pool *streamPool) {
+func (g *screenTransport) acceptSessions(logger *log.Logger, memberAt func(netip.AddrPort) bool, pool *streamPool, deliver func([]byte)) {
 	if logger == nil {
 		logger = log.New(io.Discard, "", 0)
 	}
-	g.memberAt, g.adopt = memberAt, pool.adopt
-	pool.serve = func(s *yamux.Session) { go g.serveSession(s) }
+	g.memberAt, g.adopt, g.deliver = memberAt, pool.adopt, deliver
+	pool.serve = func(s *session) { go g.serveSession(s) }
 	g.sessionLog.Store(logger)
 }
 
@@ -400,7 +412,7 @@ func (g *screenTransport) takeSession(c net.Conn, a admitted, head []byte) {
 			break
 		}
 		_ = c.SetWriteDeadline(time.Time{})
-		sess, err := yamux.Server(c, muxConfig(logger))
+		sess, err := startSession(c, yamux.Server, muxConfig(logger))
 		if err != nil {
 			break
 		}
@@ -438,17 +450,17 @@ func sessionPeer(c net.Conn, head []byte) (netip.AddrPort, error) {
 // serveSession passes a session's streams on until it or the screen
 // ends: the sessions this node took, and those it dialed (whose other
 // end opens streams too).
-func (g *screenTransport) serveSession(sess *yamux.Session) {
-	stop := context.AfterFunc(g.ctx, func() { sess.Close() })
+func (g *screenTransport) serveSession(sess *session) {
+	stop := context.AfterFunc(g.ctx, sess.end)
 	defer stop()
-	defer sess.Close()
+	defer sess.end()
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			return
 		}
 		select {
-		case g.muxed <- st:
+		case g.muxed <- sess.wrap(st):
 		case <-g.done:
 			st.Close()
 			return

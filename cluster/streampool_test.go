@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/hashicorp/yamux"
 )
 
 // TestStreamsShareASession: three nodes on loopback, with a secret and
 // without, one of them of release 0.1.0's wire range. Bursts of records
-// pushed from n1 reach both others; n1 dials one session to n2, carrying
-// every stream to it, and plain connections to n3, which speaks only
-// wire version 2 and never sees a session preface. n2 restarting ends
-// its session: the new instance gets the records over a new one.
+// pushed from n1 reach both others: n2 over one channel on the one
+// session between them, n3, which speaks only wire version 2 and never
+// sees a session preface or a channel, over a connection per push. n2
+// restarting ends its session and channel: the new instance gets the
+// records over new ones.
 func TestStreamsShareASession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode: binds loopback sockets")
@@ -67,8 +67,8 @@ func sharedSessions(t *testing.T, key []byte) {
 	if d := s1.SessionsDialed - s0.SessionsDialed; d > 1 {
 		t.Errorf("n1 dialed %d sessions for its bursts, want at most one (to n2)", d)
 	}
-	if m := s1.StreamsOverSessions - s0.StreamsOverSessions; m < bursts/2 {
-		t.Errorf("%d streams went over sessions, want most of n2's %d pushes", m, bursts)
+	if m := s1.StreamsOverSessions - s0.StreamsOverSessions; m > bursts/4 {
+		t.Errorf("%d streams opened over sessions for %d pushes to n2: they should share a channel", m, bursts)
 	}
 	if p := s1.StreamsOwnConnection - s0.StreamsOwnConnection; p < bursts/2 {
 		t.Errorf("%d streams had a connection of their own, want most of n3's %d pushes", p, bursts)
@@ -132,7 +132,7 @@ func TestRefusedSessionFallsBack(t *testing.T) {
 	p := newStreamPool(t.Context(), tr.dialPlain, func(string) bool { return true }, mc.Logger)
 	self := "127.0.0.1:7946"
 	p.self.Store(&self)
-	p.serve = func(*yamux.Session) { t.Error("a refused session served") }
+	p.serve = func(*session) { t.Error("a refused session served") }
 	addr := ln.Addr().String()
 	for i := range 2 {
 		c, err := p.open("peer", addr, time.Second)

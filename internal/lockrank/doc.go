@@ -34,6 +34,10 @@
 //	20    SourceFilter  vxlanfilter Filter.mu      the nftables batch, filtered VNIs, sources    Network
 //	21    LBTables      servicelb known.mu         the VIP tables known unchanged since written  LBSandboxes
 //	22    LBPaths       driver lbSandboxes.mu      the containers' entries and their users       Network
+//	23    Channel       cluster channel.mu         writes on one member's channel                -
+//	24    Channels      cluster Cluster.chMu       the open channels, by member                  Channel
+//	25    StreamPool    cluster streamPool.mu      the sessions dialed and adopted, by address   -
+//	26    SessionMu     cluster session.mu         one session's streams and their deadlines     Channel, Channels
 //
 // Locks of other modules sit below every lock here that calls into them
 // (memberlist's node lock below Network, bbolt's below GroupCommit); the

@@ -33,6 +33,10 @@ type (
 	SourceFilter struct{}
 	LBTables     struct{}
 	LBPaths      struct{}
+	Channel      struct{}
+	Channels     struct{}
+	StreamPool   struct{}
+	SessionMu    struct{}
 )
 
 func (Network) Rank() Rank      { return 1 }
@@ -57,12 +61,17 @@ func (KeyRelay) Rank() Rank     { return 19 }
 func (SourceFilter) Rank() Rank { return 20 }
 func (LBTables) Rank() Rank     { return 21 }
 func (LBPaths) Rank() Rank      { return 22 }
+func (Channel) Rank() Rank      { return 23 }
+func (Channels) Rank() Rank     { return 24 }
+func (StreamPool) Rank() Rank   { return 25 }
+func (SessionMu) Rank() Rank    { return 26 }
 
 // Classes lists every class in rank order (the documentation's table is
 // checked against it).
 var Classes = []Class{Network{}, Encryption{}, Publisher{}, Cluster{}, RateLog{}, Driver{}, LBSandboxes{},
 	Refusals{}, GroupCommit{}, SandboxCache{}, Pipeline{}, Echoes{}, EventQueue{}, XFRM{}, Firewall{},
-	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}, SourceFilter{}, LBTables{}, LBPaths{}}
+	ServiceWatch{}, Gate{}, Health{}, KeyRelay{}, SourceFilter{}, LBTables{}, LBPaths{}, Channel{}, Channels{},
+	StreamPool{}, SessionMu{}}
 
 // Name is a class's name, as the documentation's table writes it.
 func Name(c Class) string {
