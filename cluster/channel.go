@@ -11,6 +11,7 @@ import (
 	"net"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/memberlist"
 	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
@@ -52,14 +53,19 @@ func (c *Cluster) sendDirect(node *memberlist.Node, msg []byte) error {
 	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
+	frame := streamMessage(msg, c.key)
 	err := ch.conn.SetWriteDeadline(time.Now().Add(c.tcpTimeout))
 	if err == nil {
-		_, err = ch.conn.Write(streamMessage(msg, c.key))
+		_, err = ch.conn.Write(frame)
 	}
 	if err != nil {
 		c.dropChannel(node.Name, ch)
+		return err
 	}
-	return err
+	// Counted as memberlist counts what it writes to a stream, so that
+	// its figure still covers all the gossip.
+	metrics.IncrCounter([]string{"memberlist", "tcp", "sent"}, float32(len(frame)))
+	return nil
 }
 
 // channelTo returns node's channel, opening it if there is none; nil if

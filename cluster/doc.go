@@ -54,14 +54,13 @@
 // # Dissemination
 //
 // An owner pushes its changed records straight to every alive member of
-// their network, batched per member, over memberlist's reliable channel
-// (push.go); a node new in a network (or back with a new incarnation) is
+// their network, batched per member, over a TCP stream (push.go); a node new in a network (or back with a new incarnation) is
 // pushed all of the owner's records there. Nothing is relayed, and record
 // traffic never waits in memberlist's packet queue behind failure
 // detection. Anti-entropy compares per-network digests with one random
 // member per network every SyncInterval and, for the owners that differ,
 // ships only what the other side likely lacks: records above its
-// high-water mark of the owner, and none this node took in less than two
+// high-water mark of the owner, and none this node took in less than ten
 // intervals ago, which the owner's push is still bringing (sync.go,
 // shipment.go). So a record reaches each member about once: in a
 // 100-host rollout the first version shipped each about 7 times more by
@@ -75,6 +74,18 @@
 // and joins those that answer, so a healed partition is noticed within
 // about a second (rejoin.go). A member back from gone gets a push/pull
 // and a digest exchange of the networks both have at once.
+//
+// # Connections
+//
+// memberlist dials a TCP connection per stream and closes it after one
+// message. Two members of wire version 3 keep one connection instead, a
+// yamux session that carries all of memberlist's streams between them
+// (streampool.go, session.go), and what an outbox sends a member goes
+// over one stream of it kept open, a message after another (channel.go).
+// Each message is still memberlist's own, encrypted as memberlist would
+// and checked by the screen. A 0.1.0 member, a join and a session refused
+// get memberlist's connections. The transport is memberlist's, less the
+// 64 KiB it allocated per datagram (transport.go).
 //
 // # Failure and partitions
 //
@@ -129,7 +140,10 @@
 // are called with one held) and below memberlist's internal node lock
 // (memberlist calls its event delegate with that held). Above it nothing;
 // below it only leaves: the broadcast queue's internal lock, and the log
-// limiter's (ratelog.go), taken when the state logs a refusal. With mu held
+// limiter's (ratelog.go), taken when the state logs a refusal. The
+// connections' locks (a channel's writes, the channels, the pool of
+// sessions, a session's streams) are never taken with mu held; their order
+// is internal/lockrank's. With mu held
 // the package never calls the Sink, never calls a memberlist.Memberlist
 // method and never blocks on a channel; the push workers wait on a
 // condition variable of mu, and send with it released.
