@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"io"
+	"log"
 	"net"
 	"net/netip"
 	"sync"
@@ -37,6 +38,7 @@ func TestChannelMessagesAreChecked(t *testing.T) {
 				got = append(got, bytes.Clone(p))
 				mu.Unlock()
 			}
+			g.sessionLog.Store(log.New(io.Discard, "", 0)) // publishes deliver, as acceptSessions does
 			near, far := net.Pipe()
 			defer far.Close()
 			ft.streams <- near

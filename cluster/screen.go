@@ -42,7 +42,7 @@ type screenTransport struct {
 
 	packets chan *memberlist.Packet
 	streams chan net.Conn
-	// sessionLog, once acceptSessions set it, is yamux's logger, and
+	// sessionLog, once acceptSessions set it (after memberAt, adopt and deliver: its Load publishes them), is yamux's logger, and
 	// sessions from members are taken (streampool.go); muxed carries their
 	// streams to forwardStreams, to be checked as accepted streams are.
 	sessionLog atomic.Pointer[log.Logger]
@@ -232,7 +232,7 @@ func (g *screenTransport) checkAccepted(c net.Conn, a admitted) {
 		c.Close()
 		return
 	}
-	if g.deliver != nil && !a.stranger && isChannelOpen(head) {
+	if g.sessionLog.Load() != nil && g.deliver != nil && !a.stranger && isChannelOpen(head) {
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
