@@ -113,14 +113,22 @@ func newStreamPool(ctx context.Context, dial func(string, time.Duration) (net.Co
 // open returns a stream to member name at addr: a session's if the member
 // takes them, else a plain connection.
 func (p *streamPool) open(name, addr string, timeout time.Duration) (net.Conn, error) {
-	if name == "" || p.self.Load() == nil || !p.muxOK(name) || p.plainFor(addr) {
+	st, err := p.openSession(name, addr, timeout)
+	if errors.Is(err, errNoSession) || errors.Is(err, errMuxRefused) {
 		return p.dialOwn(addr, timeout)
 	}
-	for range 2 { // a session found closed is dialed again, once
+	return st, err
+}
+
+// openSession returns a stream on a session to member name at addr, or
+// errNoSession where it would be a connection of its own. A session found
+// closed is dialed again, once.
+func (p *streamPool) openSession(name, addr string, timeout time.Duration) (net.Conn, error) {
+	if name == "" || p.self.Load() == nil || !p.muxOK(name) || p.plainFor(addr) {
+		return nil, errNoSession
+	}
+	for range 2 {
 		ps, err := p.session(addr, timeout)
-		if errors.Is(err, errMuxRefused) {
-			return p.dialOwn(addr, timeout)
-		}
 		if err != nil {
 			return nil, err
 		}
@@ -132,27 +140,7 @@ func (p *streamPool) open(name, addr string, timeout time.Duration) (net.Conn, e
 		}
 		p.drop(addr, ps)
 	}
-	return p.dialOwn(addr, timeout)
-}
-
-// openSession returns a stream on a session to member name at addr, or
-// errNoSession where it would be a connection of its own.
-func (p *streamPool) openSession(name, addr string, timeout time.Duration) (net.Conn, error) {
-	if name == "" || p.self.Load() == nil || !p.muxOK(name) || p.plainFor(addr) {
-		return nil, errNoSession
-	}
-	ps, err := p.session(addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	st, err := ps.sess.OpenStream()
-	if err != nil {
-		p.drop(addr, ps)
-		return nil, err
-	}
-	ps.used.Store(time.Now().UnixNano())
-	p.muxed.Add(1)
-	return ps.sess.wrap(st), nil
+	return nil, errNoSession
 }
 
 var errNoSession = errors.New("the member takes no session")
