@@ -271,6 +271,13 @@ var incompatibleNode = regexp.MustCompile(`Node '([^']*)' delegate protocol vers
 // (a dial says "operation was canceled", other waits "context canceled").
 var stopErrors = [...]string{net.ErrClosed.Error(), "operation was canceled", context.Canceled.Error()}
 
+// sessionEnds are what yamux's send and receive loops fail with when a
+// session's connection ends: this node closed it (the member left, the
+// session idled out, its reader failed) or the other end did. Streams on
+// it fail and their callers retry or fall back; whether the member is
+// alive is memberlist's to judge. Not an error an operator can act on.
+var sessionEnds = [...]string{net.ErrClosed.Error(), "broken pipe", "connection reset by peer"}
+
 // mlRefusals are the lines of memberlist v0.7.0 (net.go) about input that
 // passed the transport screen, which checks only memberlist's framing: a
 // message whose body does not decode, a ping for another node, a message
@@ -323,6 +330,10 @@ func (w *mlLogWriter) Write(p []byte) (int, error) {
 		w.reject(RejectWireVersion, "push/pull refused", "why", "a node in it speaks no wire version every node does",
 			"member", member, "ours", w.wire, "err", s)
 		return len(p), nil
+	}
+	if level > slog.LevelDebug && strings.HasPrefix(s, "yamux:") &&
+		slices.ContainsFunc(sessionEnds[:], func(e string) bool { return strings.Contains(s, e) }) {
+		level = slog.LevelDebug
 	}
 	if level > slog.LevelDebug && w.stopping != nil && w.stopping() &&
 		slices.ContainsFunc(stopErrors[:], func(e string) bool { return strings.Contains(s, e) }) {

@@ -72,6 +72,27 @@ func TestMemberlistStopErrorsWhileStopping(t *testing.T) {
 	}
 }
 
+// A session's connection that ends (this node closed it, or the other end
+// went away) fails yamux's loops, which say so at ERR; that is DEBUG, with
+// the cluster running or stopping. Other yamux errors keep their level.
+func TestSessionEndLines(t *testing.T) {
+	var recs []slog.Record
+	l := log.New(&mlLogWriter{log: slog.New(recordHandler{&recs}), stopping: func() bool { return false }}, "", 0)
+	for line, want := range map[string]slog.Level{
+		"[ERR] yamux: Failed to write header: write tcp 198.51.100.11:7947->198.51.100.12:41307: use of closed network connection": slog.LevelDebug,
+		"[ERR] yamux: Failed to write body: write tcp 198.51.100.11:7947->198.51.100.12:41307: write: broken pipe":                 slog.LevelDebug,
+		"[ERR] yamux: Failed to read header: read tcp 198.51.100.11:7947->198.51.100.12:41307: read: connection reset by peer":     slog.LevelDebug,
+		"[ERR] yamux: Invalid protocol version: 7": slog.LevelError,
+		"[ERR] memberlist: Failed to send ack: write udp [::]:7947->198.51.100.12:7947: use of closed network connection": slog.LevelError,
+	} {
+		recs = nil
+		l.Print(line)
+		if len(recs) != 1 || recs[0].Level != want {
+			t.Errorf("%q: got %v, want one %v record", line, recs, want)
+		}
+	}
+}
+
 // memberlist's lines about input it refused become refusals, counted by
 // reason and logged at a bounded rate (not one ERROR line per datagram).
 func TestMemberlistRefusalLines(t *testing.T) {
