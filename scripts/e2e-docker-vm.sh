@@ -15,7 +15,7 @@
 #
 # Environment: E2E_CHECKS (the check functions, default below), and
 # OVERLAY_VM_* (scripts/vm/run.sh; defaults here: 3 GiB, 2 CPUs, multi-threaded
-# TCG, a 60-minute limit). Prints scripts/e2e-docker.sh's results, then
+# TCG, a 60-minute limit, two boots more after a hung guest kernel). Prints scripts/e2e-docker.sh's results, then
 # `VM: PASS` or `VM: FAIL (...)`; exits non-zero on any failure.
 set -euo pipefail
 
@@ -42,6 +42,11 @@ E2E_SKIP_BUILD=0 e2e_build_prev_plugin || warn "the previous release ($E2E_UPGRA
 # the rolling upgrade from the previous release on an encrypted network
 # (check_upgrade: its IPsec state handed over from one release to the next).
 export E2E_CHECKS=${E2E_CHECKS:-check_upgrade check_readme_docker check_plugin_encrypted check_disable_enable check_plugin_logs}
+# Two boots after a hung guest kernel, not one: this long run hangs more
+# often than the short ones, and CI once saw it hang on two boots in a row
+# (each at about 2 minutes in, in a 9p read), then fail with nothing tested.
+# A hang costs OVERLAY_VM_HANG_SECS (4 minutes) before the next boot.
 export OVERLAY_VM_MEM=${OVERLAY_VM_MEM:-3072} OVERLAY_VM_TIMEOUT=${OVERLAY_VM_TIMEOUT:-3600}
+export OVERLAY_VM_HANG_REBOOTS=${OVERLAY_VM_HANG_REBOOTS:-2}
 export OVERLAY_VM_PASSENV="${OVERLAY_VM_PASSENV:-} E2E_CHECKS"
 exec "$here/vm/run.sh" "$here/vm/e2e-docker-guest.sh"
