@@ -145,7 +145,7 @@ func openChannel(conn net.Conn, key, first []byte, deadline time.Time) error {
 func streamMessage(payload, key []byte) []byte {
 	var plain bytes.Buffer
 	plain.WriteByte(mlUser)
-	if err := codec.NewEncoder(&plain, &codec.MsgpackHandle{}).Encode(&mlUserMsgHeader{UserMsgLen: len(payload)}); err != nil {
+	if err := codec.NewEncoder(&plain, mlHandle).Encode(&mlUserMsgHeader{UserMsgLen: len(payload)}); err != nil {
 		panic(err) // a struct of one int always encodes
 	}
 	plain.Write(payload)
