@@ -897,9 +897,9 @@ func (c *Cluster) Members() []Member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	records := map[string]int{}
-	for _, owners := range c.st.owners {
-		for owner, o := range owners {
-			records[owner] += int(o.live.count)
+	for _, owners := range c.st.digests {
+		for owner, d := range owners {
+			records[owner] += int(d.count)
 		}
 	}
 	out := make([]Member, 0, len(c.st.members))
@@ -1032,11 +1032,11 @@ func (c *Cluster) Stats() Stats {
 	}
 	// The digests count every live endpoint record, by owner: Stats is
 	// called per metrics scrape and must not scan the table.
-	for _, owners := range st.owners {
-		for owner, o := range owners {
-			s.Records += int(o.live.count)
+	for _, owners := range st.digests {
+		for owner, d := range owners {
+			s.Records += int(d.count)
 			if owner == c.name {
-				s.OwnRecords += int(o.live.count)
+				s.OwnRecords += int(d.count)
 			}
 		}
 	}

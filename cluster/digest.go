@@ -55,67 +55,42 @@ func recordHash(r *record) uint64 {
 // named so: memberlist node names are printable.
 const memberGroup = "\x00members"
 
-// ownerRecs are one owner's endpoint records of one network, live and
-// tombstones, with the digest of the live ones. Anti-entropy ships by
-// owner (shipment.go), and an owner's departure or its settings' change
-// touches only its records: none of them walks the whole network, which
-// at 100 hosts × 10,000 endpoints cost seconds of CPU per host.
-type ownerRecs struct {
-	live digest
-	recs map[string]*record // endpoint id → record
-}
-
-// index files endpoint record r (live or a tombstone) under its owner;
-// unindex takes it out again. Memberships are few: their digest is
-// computed when asked for (memberDigest).
-func (s *state) index(r *record) {
-	if r.Member {
+// indexDigest accounts r (live endpoint records only) in its network's
+// digest of its owner; unindexDigest takes it out again. Memberships are
+// few: their digest is computed when asked for (memberDigest).
+func (s *state) indexDigest(r *record) {
+	if !r.endpoint() {
 		return
 	}
-	owners := s.owners[r.NetworkID]
+	owners := s.digests[r.NetworkID]
 	if owners == nil {
-		owners = map[string]*ownerRecs{}
-		s.owners[r.NetworkID] = owners
+		owners = map[string]*digest{}
+		s.digests[r.NetworkID] = owners
 	}
-	o := owners[r.Owner]
-	if o == nil {
-		o = &ownerRecs{recs: map[string]*record{}}
-		owners[r.Owner] = o
+	d := owners[r.Owner]
+	if d == nil {
+		d = &digest{}
+		owners[r.Owner] = d
 	}
-	o.recs[r.EndpointID] = r
-	if !r.Deleted {
-		o.live.add(r)
-	}
+	d.add(r)
 }
 
-func (s *state) unindex(r *record) {
-	if r.Member {
+func (s *state) unindexDigest(r *record) {
+	if !r.endpoint() {
 		return
 	}
-	owners := s.owners[r.NetworkID]
-	o := owners[r.Owner]
-	if o == nil || o.recs[r.EndpointID] != r {
+	owners := s.digests[r.NetworkID]
+	d := owners[r.Owner]
+	if d == nil {
 		return
 	}
-	delete(o.recs, r.EndpointID)
-	if !r.Deleted {
-		o.live.remove(r)
-	}
-	if len(o.recs) == 0 {
+	d.remove(r)
+	if d.zero() {
 		delete(owners, r.Owner)
 		if len(owners) == 0 {
-			delete(s.owners, r.NetworkID)
+			delete(s.digests, r.NetworkID)
 		}
 	}
-}
-
-// ownerRecords is owner's endpoint records of nid, live and tombstones:
-// the index's own map, not to be changed while ranged over.
-func (s *state) ownerRecords(nid, owner string) map[string]*record {
-	if o := s.owners[nid][owner]; o != nil {
-		return o.recs
-	}
-	return nil
 }
 
 // counts reports whether owner's records of nid take part in
@@ -183,8 +158,8 @@ func (s *state) networkDigest(nid string) digest {
 
 // ownerDigest is the digest of owner's live endpoint records in nid.
 func (s *state) ownerDigest(nid, owner string) digest {
-	if o := s.owners[nid][owner]; o != nil {
-		return o.live
+	if d := s.digests[nid][owner]; d != nil {
+		return *d
 	}
 	return digest{}
 }

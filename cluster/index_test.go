@@ -2,18 +2,15 @@ package cluster
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 )
 
 // TestIndexesMatchTheTable: after any mix of publishes, retractions,
 // remote records and tombstones, members leaving and sweeps, the
-// tombstone set and the per-owner records and digests (which Stats,
-// Members, sweep and anti-entropy's shipments read instead of scanning)
-// hold exactly what a scan of the table finds.
+// tombstone set and the digests (which Stats, Members and sweep read
+// instead of scanning) hold exactly what a scan of the table finds.
 func TestIndexesMatchTheTable(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := newTestState("a", "10.0.0.1", 100)
@@ -56,8 +53,8 @@ func TestIndexesMatchTheTable(t *testing.T) {
 			t.Fatalf("step %d: %v", step, err)
 		}
 	}
-	if len(s.tombs) == 0 || len(s.owners[netA]) == 0 {
-		t.Fatalf("the run left %d tombstones and %d owners' records: it proved nothing", len(s.tombs), len(s.owners[netA]))
+	if len(s.tombs) == 0 || len(s.digests[netA]) == 0 {
+		t.Fatalf("the run left %d tombstones and %d owner digests: it proved nothing", len(s.tombs), len(s.digests[netA]))
 	}
 }
 
@@ -65,24 +62,16 @@ func TestIndexesMatchTheTable(t *testing.T) {
 func checkIndexes(s *state) error {
 	tombs := map[key]bool{}
 	digests := map[string]map[string]digest{}
-	byOwner := map[string]map[string]map[string]*record{}
 	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
 		for nid, recs := range tbl {
 			for eid, r := range recs {
 				if r.Deleted {
 					tombs[key{nid, eid}] = true
 				}
-				if r.Member {
-					continue
-				}
-				if byOwner[nid] == nil {
-					byOwner[nid], digests[nid] = map[string]map[string]*record{}, map[string]digest{}
-				}
-				if byOwner[nid][r.Owner] == nil {
-					byOwner[nid][r.Owner] = map[string]*record{}
-				}
-				byOwner[nid][r.Owner][eid] = r
 				if r.endpoint() {
+					if digests[nid] == nil {
+						digests[nid] = map[string]digest{}
+					}
 					d := digests[nid][r.Owner]
 					d.add(r)
 					digests[nid][r.Owner] = d
@@ -98,20 +87,17 @@ func checkIndexes(s *state) error {
 			return fmt.Errorf("%v in the tombstone set is not a tombstone", k)
 		}
 	}
-	for nid, owners := range s.owners {
-		for owner, o := range owners {
-			if digests[nid][owner] != o.live {
-				return fmt.Errorf("digest of %s/%s is %+v, the table's %+v", nid, owner, o.live, digests[nid][owner])
+	for nid, owners := range s.digests {
+		for owner, d := range owners {
+			if digests[nid][owner] != *d {
+				return fmt.Errorf("digest of %s/%s is %+v, the table's %+v", nid, owner, *d, digests[nid][owner])
 			}
-			if !maps.Equal(o.recs, byOwner[nid][owner]) {
-				return fmt.Errorf("records of %s/%s: %d indexed, %d in the table", nid, owner, len(o.recs), len(byOwner[nid][owner]))
-			}
-			delete(byOwner[nid], owner)
+			delete(digests[nid], owner)
 		}
 	}
-	for nid, owners := range byOwner {
+	for nid, owners := range digests {
 		if len(owners) > 0 {
-			return fmt.Errorf("network %s: owners %v have records and no index", nid, slices.Collect(maps.Keys(owners)))
+			return fmt.Errorf("network %s: owners %v have records and no digest", nid, owners)
 		}
 	}
 	return nil

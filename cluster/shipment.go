@@ -80,24 +80,28 @@ func (s *state) shipment(nid, peer string, theirs []ownerDigest, queued func(key
 	if len(plans) == 0 {
 		return out
 	}
-	settled := instantOf(now.Add(-s.settle))
 	for owner, p := range plans {
-		// What this node holds at or below the peer's mark: its live
-		// digest of the owner less the live records above the mark.
+		// Less the live records above the peer's mark (below), which are
+		// few: hashing every record at or below it cost more.
 		p.below = s.ownerDigest(nid, owner)
-		for _, r := range s.ownerRecords(nid, owner) {
-			above := r.Version.Compare(p.peer.hw) > 0
-			if above && !r.Deleted {
-				p.below.remove(r)
-			}
-			if s.onItsWay(r, peer, queued, settled) {
-				p.moving = p.moving || above
-				continue
-			}
-			p.all = append(p.all, r)
-			if p.delta && above {
-				p.above = append(p.above, r)
-			}
+	}
+	settled := instantOf(now.Add(-s.settle))
+	for _, r := range s.nets[nid] {
+		p := plans[r.Owner]
+		if p == nil {
+			continue
+		}
+		above := r.Version.Compare(p.peer.hw) > 0
+		if above && !r.Deleted {
+			p.below.remove(r)
+		}
+		if s.onItsWay(r, peer, queued, settled) {
+			p.moving = p.moving || above
+			continue
+		}
+		p.all = append(p.all, r)
+		if p.delta && above {
+			p.above = append(p.above, r)
 		}
 	}
 	for _, p := range plans {

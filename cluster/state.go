@@ -143,10 +143,10 @@ type state struct {
 	restartGrace time.Duration
 	log          *slog.Logger
 
-	nets   map[string]map[string]*record    // network id → endpoint id → endpoint record
-	netm   map[string]map[string]*record    // network id → memberEID(owner) → membership record
-	owners map[string]map[string]*ownerRecs // network id → owner → its endpoint records and their digest (digest.go)
-	marks  map[string]map[string]Version    // network id → owner → highest version of its endpoint records held, tombstones included (sync.go)
+	nets    map[string]map[string]*record // network id → endpoint id → endpoint record
+	netm    map[string]map[string]*record // network id → memberEID(owner) → membership record
+	digests map[string]map[string]*digest // network id → owner → digest of its live endpoint records
+	marks   map[string]map[string]Version // network id → owner → highest version of its endpoint records held, tombstones included (sync.go)
 	// settle is how long anti-entropy leaves a record alone after this
 	// node took it in: its owner's push is likely still on the way to
 	// the peer (sync.go).
@@ -186,7 +186,7 @@ func newState(self string, vtep netip.Addr, epoch uint64, deadGrace, tombTTL tim
 		log:         log,
 		nets:        map[string]map[string]*record{},
 		netm:        map[string]map[string]*record{},
-		owners:      map[string]map[string]*ownerRecs{},
+		digests:     map[string]map[string]*digest{},
 		marks:       map[string]map[string]Version{},
 		own:         map[key]struct{}{},
 		tombs:       map[key]struct{}{},
@@ -214,12 +214,12 @@ func (s *state) get(k key) *record { return s.table(k)[k.nid][k.eid] }
 func (s *state) put(r *record) {
 	k := r.key()
 	if old := s.get(k); old != nil {
-		s.unindex(old)
+		s.unindexDigest(old)
 		if old.Owner == s.self && r.Owner != s.self {
 			delete(s.own, k)
 		}
 	}
-	s.index(r)
+	s.indexDigest(r)
 	s.raiseMark(r)
 	tbl := s.table(k)
 	recs := tbl[k.nid]
@@ -245,7 +245,7 @@ func (s *state) del(k key) {
 	}
 	delete(s.own, k)
 	delete(s.tombs, k)
-	s.unindex(old)
+	s.unindexDigest(old)
 	tbl := s.table(k)
 	recs := tbl[k.nid]
 	delete(recs, k.eid)
@@ -281,9 +281,9 @@ func (s *state) otherPort(owner string) bool {
 
 // markOwner marks every live record of owner for delivery again.
 func (s *state) markOwner(owner string) {
-	for nid := range s.owners {
-		for _, r := range s.ownerRecords(nid, owner) {
-			if r.endpoint() {
+	for _, recs := range s.nets {
+		for _, r := range recs {
+			if r.Owner == owner && r.endpoint() {
 				s.markDirty(r.key())
 			}
 		}
@@ -349,14 +349,10 @@ func (s *state) leaveNetwork(nid string, now time.Time) {
 // that no longer has the network never retracts them one by one). They
 // become tombstones at v, so a late copy of one cannot come back.
 func (s *state) ownerLeft(owner, nid string, v Version, now time.Time) {
-	var gone []*record
-	for _, r := range s.ownerRecords(nid, owner) {
-		if r.endpoint() && r.Version.Compare(v) < 0 {
-			gone = append(gone, r)
+	for eid, r := range s.nets[nid] {
+		if r.Owner != owner || !r.endpoint() || r.Version.Compare(v) >= 0 {
+			continue
 		}
-	}
-	for _, r := range gone {
-		eid := r.EndpointID
 		k := key{nid, eid}
 		t := &record{NetworkID: nid, EndpointID: eid, Owner: owner, Version: v, Deleted: true, At: instantOf(now)}
 		if s.visible(r) {
@@ -863,15 +859,12 @@ func (s *state) revalidate(owner string, vtep netip.Addr) {
 // ownedBy returns the keys of owner's records, memberships included.
 func (s *state) ownedBy(owner string) []key {
 	var out []key
-	for nid := range s.owners {
-		for eid := range s.ownerRecords(nid, owner) {
-			out = append(out, key{nid, eid})
-		}
-	}
-	for nid, recs := range s.netm {
-		for eid, r := range recs {
-			if r.Owner == owner {
-				out = append(out, key{nid, eid})
+	for _, tbl := range [...]map[string]map[string]*record{s.nets, s.netm} {
+		for nid, recs := range tbl {
+			for eid, r := range recs {
+				if r.Owner == owner {
+					out = append(out, key{nid, eid})
+				}
 			}
 		}
 	}
