@@ -48,8 +48,10 @@ func CheckID(kind, id string) error {
 	if len(id) > 128 {
 		return fmt.Errorf("%s id longer than 128 characters", kind)
 	}
-	for _, c := range id {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+	// By byte, not by rune: every record from the network is checked, and
+	// any byte of a multi-byte character fails the test as the rune would.
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
 			return fmt.Errorf("%s id %q has a character other than a letter or digit", kind, id)
 		}
 	}
