@@ -118,7 +118,12 @@ qemu_argv() { # the qemu command line for a boot whose console goes to $1
 		-fw_cfg "name=etc/sercon-port,file=$(esc "$rundir/sercon-port")"
 		-kernel "$kernel" -initrd "$initrd"
 		# Not quiet: a lockup's backtraces (KERN_WARNING) must reach the console.
-		-append "console=ttyS0 loglevel=6 softlockup_all_cpu_backtrace=1 panic=-1 vminit=$guest_init"
+		# cgroup.memory=nokmem: the hangs under multi-threaded TCG were each
+		# vCPU looping on an int3 in kmem_cache_alloc, the site the kernel
+		# patches live when runc's first memory cgroup turns on kernel-memory
+		# accounting (a static key); without the accounting the key never
+		# flips and that code is never patched.
+		-append "console=ttyS0 loglevel=6 softlockup_all_cpu_backtrace=1 panic=-1 cgroup.memory=nokmem vminit=$guest_init"
 		-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap
 		-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot
 		-fsdev "local,id=hostshare,path=$(esc "$share"),security_model=none,multidevs=remap"
