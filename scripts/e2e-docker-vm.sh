@@ -42,9 +42,9 @@ E2E_SKIP_BUILD=0 e2e_build_prev_plugin || warn "the previous release ($E2E_UPGRA
 # the rolling upgrade from the previous release on an encrypted network
 # (check_upgrade: its IPsec state handed over from one release to the next).
 export E2E_CHECKS=${E2E_CHECKS:-check_upgrade check_readme_docker check_plugin_encrypted check_disable_enable check_plugin_logs}
-# Two boots after a hung guest kernel, not one: this long run hangs more
-# often than the short ones, and CI once saw it hang on two boots in a row
-# (each at about 2 minutes in, in a 9p read), then fail with nothing tested.
+# Two boots after a hung guest kernel, not one: this run starts the most
+# containers, and CI saw it hang on two boots in a row (before the guest
+# got cgroup.memory=nokmem, vm/README.md) and fail with nothing tested.
 # A hang costs OVERLAY_VM_HANG_SECS (4 minutes) before the next boot.
 export OVERLAY_VM_MEM=${OVERLAY_VM_MEM:-3072} OVERLAY_VM_TIMEOUT=${OVERLAY_VM_TIMEOUT:-3600}
 export OVERLAY_VM_HANG_REBOOTS=${OVERLAY_VM_HANG_REBOOTS:-2}
