@@ -42,9 +42,11 @@ type screenTransport struct {
 
 	packets chan *memberlist.Packet
 	streams chan net.Conn
-	// sessionLog, once acceptSessions set it (after memberAt, adopt and deliver: its Load publishes them), is yamux's logger, and
+	// sessionLog, once acceptSessions set it, is yamux's logger, and
 	// sessions from members are taken (streampool.go); muxed carries their
-	// streams to forwardStreams, to be checked as accepted streams are.
+	// streams to forwardStreams, to be checked as accepted streams are. It
+	// is stored after memberAt, adopt and deliver: a Load that finds it
+	// set publishes them.
 	sessionLog atomic.Pointer[log.Logger]
 	muxed      chan net.Conn
 	// memberAt says whether an address is a member's gossip address;

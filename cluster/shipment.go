@@ -74,16 +74,14 @@ func (s *state) shipment(nid, peer string, theirs []ownerDigest, queued func(key
 		case g.hw == (Version{}) || hw.Compare(g.hw) == 0:
 			plans[g.owner] = &plan{peer: g}
 		case hw.Compare(g.hw) > 0:
-			plans[g.owner] = &plan{peer: g, delta: true}
+			// below starts as the owner's whole digest and loses the live
+			// records above the peer's mark, which are few: hashing every
+			// record at or below the mark cost more.
+			plans[g.owner] = &plan{peer: g, delta: true, below: s.ownerDigest(nid, g.owner)}
 		}
 	}
 	if len(plans) == 0 {
 		return out
-	}
-	for owner, p := range plans {
-		// Less the live records above the peer's mark (below), which are
-		// few: hashing every record at or below it cost more.
-		p.below = s.ownerDigest(nid, owner)
 	}
 	settled := instantOf(now.Add(-s.settle))
 	for _, r := range s.nets[nid] {
@@ -92,7 +90,7 @@ func (s *state) shipment(nid, peer string, theirs []ownerDigest, queued func(key
 			continue
 		}
 		above := r.Version.Compare(p.peer.hw) > 0
-		if above && !r.Deleted {
+		if p.delta && above && !r.Deleted {
 			p.below.remove(r)
 		}
 		if s.onItsWay(r, peer, queued, settled) {

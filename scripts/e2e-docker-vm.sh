@@ -15,8 +15,9 @@
 #
 # Environment: E2E_CHECKS (the check functions, default below), and
 # OVERLAY_VM_* (scripts/vm/run.sh; defaults here: 3 GiB, 2 CPUs, multi-threaded
-# TCG, a 60-minute limit, two boots more after a hung guest kernel). Prints scripts/e2e-docker.sh's results, then
-# `VM: PASS` or `VM: FAIL (...)`; exits non-zero on any failure.
+# TCG, a 60-minute limit, two boots more after a hung guest kernel). Prints
+# scripts/e2e-docker.sh's results, then `VM: PASS` or `VM: FAIL (...)`; exits
+# non-zero on any failure.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
