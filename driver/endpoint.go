@@ -103,7 +103,7 @@ func (d *Driver) CreateEndpoint(req *api.CreateEndpointRequest) (*api.CreateEndp
 	if err := d.store.putEndpoint(n.id, ep); err != nil {
 		return nil, err
 	}
-	n.endpoints[ep.id] = ep
+	n.addLocal(ep)
 	resp := &api.CreateEndpointResponse{}
 	if assigned {
 		// Docker rejects a response that repeats what it supplied.
@@ -169,7 +169,7 @@ func (d *Driver) DeleteEndpoint(req *api.DeleteEndpointRequest) error {
 	if err := d.store.deleteEndpoint(n.id, ep.id); err != nil {
 		d.log.Warn("forget stored endpoint", "endpoint", ep.id, "err", err)
 	}
-	delete(n.endpoints, ep.id)
+	n.dropLocal(ep)
 	d.retakeMAC(n, ep.mac)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	api "github.com/docker/go-plugins-helpers/network"
 
+	"github.com/overlay-plugin/overlay-plugin/internal/hwaddr"
 	"github.com/overlay-plugin/overlay-plugin/internal/lockrank"
 	"github.com/overlay-plugin/overlay-plugin/kernel"
 	"github.com/overlay-plugin/overlay-plugin/peerdb"
@@ -45,7 +46,11 @@ type network struct {
 	// (validate.go).
 	gateways []netip.Addr
 
+	// endpoints are the local endpoints by id, and byMAC the same by MAC
+	// (a local MAC is unique: localClash, checkRecovered). Changed only
+	// by addLocal and dropLocal, which keep the two in step.
 	endpoints map[string]*endpoint
+	byMAC     map[hwaddr.MAC]*endpoint
 	// peers holds every endpoint of the network, local ones marked Local;
 	// its bindings are the desired neighbour entries.
 	peers peerdb.DB

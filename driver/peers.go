@@ -92,14 +92,25 @@ func (n *network) addPeer(p peerdb.Peer) ([]peerdb.Change, error) {
 }
 
 // localWithMAC is the local endpoint holding mac, nil if none. Caller
-// holds n.mu.
+// holds n.mu. An index, not a walk: the control plane asks it for every
+// remote peer.
 func (n *network) localWithMAC(mac hwaddr.MAC) *endpoint {
-	for _, o := range n.endpoints {
-		if o.mac == mac {
-			return o
-		}
+	return n.byMAC[mac]
+}
+
+// addLocal records ep as a local endpoint of n. Caller holds n.mu and has
+// checked that no other local endpoint holds its id or MAC.
+func (n *network) addLocal(ep *endpoint) {
+	n.endpoints[ep.id] = ep
+	n.byMAC[ep.mac] = ep
+}
+
+// dropLocal forgets local endpoint ep. Caller holds n.mu.
+func (n *network) dropLocal(ep *endpoint) {
+	delete(n.endpoints, ep.id)
+	if n.byMAC[ep.mac] == ep {
+		delete(n.byMAC, ep.mac)
 	}
-	return nil
 }
 
 // DeletePeer removes a remote endpoint. Removing one that is not there is

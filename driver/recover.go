@@ -75,7 +75,7 @@ func (d *Driver) RecoverEndpoints(nid string, eps []RecoveredEndpoint) ([]string
 			errs = append(errs, fmt.Errorf("%w: endpoint %s: %v", ErrInvalid, r.ID, err))
 			continue
 		}
-		n.endpoints[ep.id] = ep
+		n.addLocal(ep)
 		delete(n.strays, veth.SandboxName) // still counted in n.joined: now as this endpoint
 		if err := d.apply(n, changes); err != nil {
 			errs = append(errs, err) // a remote holder of its address gave way; the reconciler retries

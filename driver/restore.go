@@ -140,7 +140,7 @@ func (d *Driver) recoverVNIs() {
 // newNetwork returns a network with nothing joined, not in the table.
 func newNetwork(id string, vni uint32, opts netOptions, subnets []netip.Prefix, gateways []netip.Addr) *network {
 	return &network{id: id, vni: vni, opts: opts, subnets: subnets, gateways: gateways, endpoints: map[string]*endpoint{},
-		planner: newPlanner(), kick: make(chan struct{}, 1), gone: make(chan struct{})}
+		byMAC: map[hwaddr.MAC]*endpoint{}, planner: newPlanner(), kick: make(chan struct{}, 1), gone: make(chan struct{})}
 }
 
 // restoreEndpoints brings back the stored endpoints of n: joined if the
@@ -167,7 +167,7 @@ func (d *Driver) restoreEndpoints(n *network, recs []epRecord, info *kernel.Sand
 			// The container may hold the previous run's VIPs.
 			ep.sandboxKey, ep.balanced = e.SandboxKey, balancedByEarlierRun
 		}
-		n.endpoints[ep.id] = ep
+		n.addLocal(ep)
 		if ep.joined {
 			n.joined++
 			if _, err := n.peers.Add(peerdb.Peer{EndpointID: ep.id, IPs: ep.ips(), MAC: ep.mac, Local: true}); err != nil {

@@ -38,6 +38,14 @@ func (p Peer) Clone() Peer {
 	return p
 }
 
+// idByte says which bytes an id may hold: ASCII letters and digits.
+var idByte = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	return t
+}()
+
 // CheckID is the one rule for network and endpoint ids, on every path
 // (Docker's API, gossip, the admin API): 1 to 128 letters and digits, as
 // Docker's ids are. What may be added may thus always be deleted.
@@ -48,10 +56,11 @@ func CheckID(kind, id string) error {
 	if len(id) > 128 {
 		return fmt.Errorf("%s id longer than 128 characters", kind)
 	}
-	// By byte, not by rune: every record from the network is checked, and
-	// any byte of a multi-byte character fails the test as the rune would.
+	// By byte, not by rune, and by table: every record from the network
+	// is checked, twice (cluster, driver). Any byte of a multi-byte
+	// character fails the test as the rune would.
 	for i := 0; i < len(id); i++ {
-		if c := id[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+		if !idByte[id[i]] {
 			return fmt.Errorf("%s id %q has a character other than a letter or digit", kind, id)
 		}
 	}
