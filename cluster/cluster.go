@@ -178,6 +178,10 @@ type Cluster struct {
 	syncsOut, syncsIn                   uint64
 
 	numAlive atomic.Int64 // alive members incl. self; read by the queue
+	// live holds the alive members' gossip addresses, for the transport
+	// screen, which asks for every stream and datagram: a copy replaced
+	// whole under mu (membersChangedLocked), read without it.
+	live atomic.Pointer[liveAddrs]
 	// wireLo, wireHi are the wire versions this node speaks (wireMin,
 	// wireMax but in tests); bcastVer the one its broadcasts go out at
 	// (wireBroadcast within that range, wire.go). Set in New.

@@ -50,31 +50,42 @@ func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
 	c.reject(r.reason, "gossip input refused", "input", what, "from", from, "err", r.err)
 }
 
+// liveAddrs are the gossip addresses of the alive members: hosts (self
+// included) and the host-and-port of every other member. Never changed
+// once made.
+type liveAddrs struct {
+	hosts map[netip.Addr]bool
+	peers map[netip.AddrPort]bool
+}
+
+func (s *state) liveAddrs() *liveAddrs {
+	l := &liveAddrs{hosts: map[netip.Addr]bool{}, peers: map[netip.AddrPort]bool{}}
+	for _, m := range s.members {
+		if !m.alive {
+			continue
+		}
+		l.hosts[m.addr.Addr()] = true
+		if m.name != s.self {
+			l.peers[m.addr] = true
+		}
+	}
+	return l
+}
+
 // isMemberAddr says whether a is a live member's gossip address: the
 // transport screen admits the members' streams beyond the bound it sets
 // for strangers.
 func (c *Cluster) isMemberAddr(a netip.Addr) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, m := range c.st.members {
-		if m.alive && m.addr.Addr() == a {
-			return true
-		}
-	}
-	return false
+	l := c.live.Load()
+	return l != nil && l.hosts[a]
 }
 
 // isMemberGossipAddr says whether a is a live member's gossip address and
-// port: the address a session's dialer gives (streampool.go).
+// port, this node's excepted: the address a session's dialer gives
+// (streampool.go).
 func (c *Cluster) isMemberGossipAddr(a netip.AddrPort) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, m := range c.st.members {
-		if m.alive && m.addr == a && m.name != c.name {
-			return true
-		}
-	}
-	return false
+	l := c.live.Load()
+	return l != nil && l.peers[a]
 }
 
 // Rejections returns every reason's count, by name, zeros included.

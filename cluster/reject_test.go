@@ -165,3 +165,27 @@ func TestRejectionsCountedRecords(t *testing.T) {
 		t.Errorf("n2: %d ownership refusals, want 1", got)
 	}
 }
+
+// TestLiveAddrsFollowMembership: the screen's view of the members' gossip
+// addresses (a copy, read without the lock) follows joins and failures.
+func TestLiveAddrsFollowMembership(t *testing.T) {
+	h := newHarness(t)
+	a, b, c := h.start(1), h.start(2, 1), h.start(3, 1)
+	waitMembers(t, []*tnode{a, b, c}, 3)
+	for _, n := range []*tnode{b, c} {
+		if !a.c.isMemberAddr(n.ip) || !a.c.isMemberGossipAddr(netip.AddrPortFrom(n.ip, gossipPort)) {
+			t.Fatalf("%s is alive but not a member's address", n.name)
+		}
+	}
+	if !a.c.isMemberAddr(a.ip) || a.c.isMemberGossipAddr(netip.AddrPortFrom(a.ip, gossipPort)) {
+		t.Fatal("this node's own address: a member's host, but no peer's session")
+	}
+	if a.c.isMemberGossipAddr(netip.AddrPortFrom(b.ip, gossipPort+1)) || a.c.isMemberAddr(nodeIP(9)) {
+		t.Fatal("a stranger's address passes for a member's")
+	}
+	c.crash()
+	waitMembers(t, []*tnode{a, b}, 2)
+	if a.c.isMemberAddr(c.ip) || a.c.isMemberGossipAddr(netip.AddrPortFrom(c.ip, gossipPort)) {
+		t.Fatal("a failed member's address still passes")
+	}
+}

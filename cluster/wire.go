@@ -101,6 +101,7 @@ func (c *Cluster) versionForLocked(name string) byte {
 // node count. Caller holds c.mu.
 func (c *Cluster) membersChangedLocked() {
 	c.numAlive.Store(int64(c.st.aliveCount()))
+	c.live.Store(c.st.liveAddrs())
 	if c.st.vtepsDirty {
 		c.wake(c.deliverCh)
 	}
