@@ -53,7 +53,7 @@ func (c *Cluster) sendDirect(node *memberlist.Node, msg []byte) error {
 	}
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	frame := streamMessage(msg, c.key)
+	frame := streamMessage(msg, c.keys.primary())
 	err := ch.conn.SetWriteDeadline(time.Now().Add(c.tcpTimeout))
 	if err == nil {
 		_, err = ch.conn.Write(frame)
@@ -84,7 +84,7 @@ func (c *Cluster) channelTo(node *memberlist.Node) *channel {
 	if err != nil {
 		return nil
 	}
-	if err := openChannel(conn, c.key, channelOpen, time.Now().Add(c.tcpTimeout)); err != nil {
+	if err := openChannel(conn, c.keys.primary(), channelOpen, time.Now().Add(c.tcpTimeout)); err != nil {
 		conn.Close()
 		return nil
 	}

@@ -29,7 +29,7 @@ func TestChannelMessagesAreChecked(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ft, rs := newFakeTransport(), &refusals{}
-			g := newScreenTransport(ft, c.key, rs.refuse, func(netip.Addr) bool { return true })
+			g := newScreenTransport(ft, newKeyring(c.key), rs.refuse, func(netip.Addr) bool { return true })
 			defer g.Shutdown()
 			var mu sync.Mutex
 			var got [][]byte

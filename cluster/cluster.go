@@ -49,9 +49,21 @@ type Config struct {
 	AdvertiseAddr netip.Addr // this node's address for gossip AND its VTEP
 	Join          []string   // seeds host[:port]; port defaults to BindPort
 	// SecretKey is nil, or 32 bytes: gossip is then encrypted and
-	// authenticated (AES-256-GCM), and plaintext gossip is refused.
-	SecretKey []byte
-	DeadGrace time.Duration // how long a gone node's records survive (default 30s)
+	// authenticated (AES-256-GCM), and plaintext gossip is refused. It is
+	// the primary key, which this node sends with; AcceptKeys are the
+	// other keys of a rotation, which it accepts too (SetKeys changes
+	// them). KeyIDs name the cluster secrets these keys come from, the
+	// primary's first: every member is told them (Settings), and Members
+	// shows each member's.
+	SecretKey  []byte
+	AcceptKeys [][]byte
+	KeyIDs     []string
+	// MemberKeyIDs, if set, receives the key ids a member said it holds,
+	// by its VTEP, when it says them: from the goroutine that calls the
+	// Sink, the latest of each member's, never under a lock of this
+	// package.
+	MemberKeyIDs func(vtep netip.Addr, ids []string)
+	DeadGrace    time.Duration // how long a gone node's records survive (default 30s)
 	// RestartGrace replaces DeadGrace for a node that announced, as it
 	// was stopped on purpose (Close), that it is restarting: its records,
 	// and the node data (keys) of its VTEP, survive that long (default 10m;
@@ -138,8 +150,15 @@ type Cluster struct {
 	// guarded by mu: a node that joins before it knows its VXLAN port
 	// settles them later (SettleSettings).
 	settings Settings
+	// keyIDs are the ids of the secrets of this node's keyring, primary
+	// first, told to the members with the settings; guarded by mu.
+	keyIDs   []string
 	epoch    uint64
 	nodeData func(netip.Addr, []byte)
+	// memberKeyIDs is Config.MemberKeyIDs; set once in New. keyIDsDue
+	// are the members' key ids it is due, by VTEP; guarded by mu.
+	memberKeyIDs func(netip.Addr, []string)
+	keyIDsDue    map[netip.Addr][]string
 	// memberVTEPs is Config.MemberVTEPs; set once in New.
 	memberVTEPs func([]netip.Addr)
 	ml          *memberlist.Memberlist // set in New before any goroutine of ours starts
@@ -220,11 +239,12 @@ type Cluster struct {
 	pool     *streamPool
 	muxPeers sync.Map
 	// channels are the open channels to members, by name (channel.go);
-	// chMu guards the map, a leaf. key is the cluster key (nil: none),
+	// chMu guards the map, a leaf. keys are the gossip keys (keyring.go),
 	// tcpTimeout memberlist's.
 	chMu       lockrank.Mutex[lockrank.Channels]
 	channels   map[string]*channel
-	key        []byte
+	keys       *keyring
+	mlKeyring  *memberlist.Keyring // memberlist's, in step with keys (SetKeys); nil without
 	tcpTimeout time.Duration
 	closed     atomic.Bool
 	closeOnce  sync.Once
@@ -250,6 +270,15 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	if cfg.SecretKey != nil && len(cfg.SecretKey) != 32 {
 		return nil, fmt.Errorf("cluster: SecretKey must be 32 bytes, got %d", len(cfg.SecretKey))
+	}
+	if cfg.SecretKey == nil && len(cfg.AcceptKeys) > 0 {
+		return nil, errors.New("cluster: AcceptKeys without a SecretKey")
+	}
+	if err := checkKeys(cfg.AcceptKeys); len(cfg.AcceptKeys) > 0 && err != nil {
+		return nil, fmt.Errorf("cluster: AcceptKeys: %w", err)
+	}
+	if err := checkKeyIDs(cfg.KeyIDs); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if cfg.BindAddr == "" {
 		cfg.BindAddr = "0.0.0.0"
@@ -328,7 +357,8 @@ func New(cfg Config) (*Cluster, error) {
 	c.st.settle = settleIntervals * cfg.SyncInterval
 	meta := encodeMeta(adv, epoch, nil)
 	c.meta.Store(&meta)
-	c.adv, c.epoch, c.nodeData, c.settings = adv, epoch, cfg.NodeData, cfg.Settings
+	c.adv, c.epoch, c.nodeData, c.settings, c.keyIDs = adv, epoch, cfg.NodeData, cfg.Settings, slices.Clone(cfg.KeyIDs)
+	c.memberKeyIDs = cfg.MemberKeyIDs
 	c.memberVTEPs = cfg.MemberVTEPs
 	c.sweepInt = min(max(min(cfg.DeadGrace, cfg.TombstoneTTL)/20, 5*time.Millisecond), time.Second)
 
@@ -350,8 +380,16 @@ func New(cfg Config) (*Cluster, error) {
 	mc.AdvertiseAddr = adv.String()
 	mc.AdvertisePort = cfg.BindPort
 	mc.Transport = cfg.Transport
+	c.keys = newKeyring(cfg.SecretKey, cfg.AcceptKeys...)
 	if cfg.SecretKey != nil {
-		mc.SecretKey = append([]byte(nil), cfg.SecretKey...)
+		// memberlist seals its own messages with the keyring's primary
+		// (SetKeys keeps it in step with c.keys).
+		ring, err := memberlist.NewKeyring(cfg.AcceptKeys, cfg.SecretKey)
+		if err != nil {
+			c.cancelStreams()
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		mc.Keyring, c.mlKeyring = ring, ring
 		// The screen (screen.go) decrypts and checks every datagram and
 		// every stream's message, and hands memberlist the plaintext:
 		// memberlist must take it as such rather than decrypt it again.
@@ -402,12 +440,12 @@ func New(cfg Config) (*Cluster, error) {
 		c.cancelStreams()
 		return nil, errors.New("cluster: the Transport must be a memberlist.NodeAwareTransport")
 	}
-	screen := newScreenTransport(nat, cfg.SecretKey, c.refuseInput, c.isMemberAddr)
+	screen := newScreenTransport(nat, c.keys, c.refuseInput, c.isMemberAddr)
 	if c.pool != nil {
 		screen.acceptSessions(mc.Logger, c.isMemberGossipAddr, c.pool, (&delegate{c}).NotifyMsg)
 	}
 	mc.Transport = screen
-	c.channels, c.key, c.tcpTimeout = map[string]*channel{}, cfg.SecretKey, mc.TCPTimeout
+	c.channels, c.tcpTimeout = map[string]*channel{}, mc.TCPTimeout
 
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },
@@ -735,9 +773,14 @@ func (c *Cluster) deliverLoop() {
 			vteps, vtepsChanged := c.st.takeVTEPs()
 			batch := c.st.takeDirty()
 			data := c.st.takeDataDirty()
+			keyIDs := c.keyIDsDue
+			c.keyIDsDue = nil
 			c.mu.Unlock()
-			if len(batch) == 0 && len(data) == 0 && !vtepsChanged {
+			if len(batch) == 0 && len(data) == 0 && len(keyIDs) == 0 && !vtepsChanged {
 				break
+			}
+			for vtep, ids := range keyIDs {
+				c.memberKeyIDs(vtep, ids)
 			}
 			if vtepsChanged && c.memberVTEPs != nil {
 				c.memberVTEPs(vteps)
@@ -893,6 +936,9 @@ type Member struct {
 	// Settings are what its current instance said of its settings; zero
 	// while it said nothing (a 0.1.0 node never does).
 	Settings Settings `json:"settings,omitzero"`
+	// KeyIDs are the ids of the cluster secrets it holds, primary first,
+	// as its current instance said them; empty while it said none.
+	KeyIDs []string `json:"keyIDs,omitempty"`
 }
 
 // Members returns copies of every member this node knows, alive or not,
@@ -910,10 +956,10 @@ func (c *Cluster) Members() []Member {
 	for _, m := range c.st.members {
 		mm := Member{Name: m.name, Addr: m.addr, VTEP: m.vtep, Epoch: m.epoch, Since: m.since, Self: m.name == c.name, Wire: m.wireString()}
 		if a, ok := c.st.adverts[m.name]; ok && a.epoch == m.epoch {
-			mm.Settings = a.Settings
+			mm.Settings, mm.KeyIDs = a.Settings, slices.Clone(a.keyIDs)
 		}
 		if mm.Self {
-			mm.Settings = c.settings
+			mm.Settings, mm.KeyIDs = c.settings, slices.Clone(c.keyIDs)
 		}
 		switch {
 		case m.alive:

@@ -20,6 +20,7 @@ import (
 //	         | string(sender) nSyncs sync{nSyncs} records kindSync
 //	         | string(node) epoch                        kindRestart (version 3 on)
 //	         | string(node) epoch vxlanPort underlayMTU swarm  kindSettings (version 3 on)
+//	           [nKeyIDs string(keyID){nKeyIDs}]
 //	records  = nOwners owner{nOwners} nNets net{nNets}
 //	net      = string(networkID) nRecs rec{nRecs}
 //	rec      = flags(1 byte; bit0 deleted, bit1 membership)
@@ -329,6 +330,7 @@ type message struct {
 	from    string      // kindSync: the sender's node name, for the reply; kindRestart: the node restarting
 	epoch   uint64      // kindRestart: the instance that restarts; kindSettings: the sender's
 	adv     Settings    // kindSettings
+	keyIDs  []string    // kindSettings: the sender's secrets, primary first
 	syncs   []syncEntry // kindSync
 	recs    []*record
 }
@@ -379,6 +381,9 @@ func decodeMessageUpTo(buf []byte, now time.Time, hi byte) (*message, error) {
 				if m.adv, d.err = checkSettings(port, mtu, swarm); d.err != nil {
 					return nil, d.err
 				}
+			}
+			if d.err == nil && len(d.b) > 0 { // none from a build before keyrings
+				m.keyIDs = d.keyIDs()
 			}
 		}
 		if d.err != nil {
@@ -458,8 +463,8 @@ func encodeRestart(v byte, node string, epoch uint64) []byte {
 }
 
 // encodeSettings encodes a kindSettings message at version v (3 or more).
-func encodeSettings(v byte, node string, epoch uint64, adv Settings) []byte {
-	e := encoder{b: make([]byte, 0, 24+len(node))}
+func encodeSettings(v byte, node string, epoch uint64, adv Settings, keyIDs []string) []byte {
+	e := encoder{b: make([]byte, 0, 24+len(node)+5*len(keyIDs))}
 	e.b = append(e.b, wireMagic, v, kindSettings)
 	e.str(node)
 	e.uvarint(epoch)
@@ -470,6 +475,10 @@ func encodeSettings(v byte, node string, epoch uint64, adv Settings) []byte {
 		swarm = 1
 	}
 	e.uvarint(swarm)
+	e.uvarint(uint64(len(keyIDs)))
+	for _, id := range keyIDs {
+		e.str(id)
+	}
 	return e.b
 }
 

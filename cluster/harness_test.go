@@ -174,6 +174,7 @@ type harness struct {
 	restartGrace  time.Duration // 0: the default
 	wire          [2]byte       // the wire versions new nodes speak; zero: this build's
 	key           []byte
+	keyIDs        []string // Config.KeyIDs of new nodes
 	settings      Settings // what new nodes advertise
 	tweak         func(*memberlist.Config)
 	logs          *logBuf
@@ -255,6 +256,7 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		AdvertiseAddr:    ip,
 		Join:             join,
 		SecretKey:        h.key,
+		KeyIDs:           h.keyIDs,
 		DeadGrace:        h.grace,
 		RestartGrace:     h.restartGrace,
 		wireRange:        h.wire,

@@ -20,7 +20,7 @@ import (
 // every one is counted, and a good stream still goes through.
 func TestScreenBoundsHeldStreams(t *testing.T) {
 	ft, rs := newFakeTransport(), &refusals{}
-	g := newScreenTransport(ft, nil, rs.refuse, nil)
+	g := newScreenTransport(ft, newKeyring(nil), rs.refuse, nil)
 	g.headWait = 300 * time.Millisecond
 	defer g.Shutdown()
 	var held []net.Conn

@@ -60,7 +60,7 @@ func (r *rejection) Error() string { return fmt.Sprintf("%v: %v", r.reason, r.er
 
 // checkPacket says whether memberlist may take a datagram, in the order
 // memberlist handles one (ingestPacket, handleCommand): label header,
-// decryption with the cluster key if there is one, CRC, then the message
+// decryption with a gossip key (keyring.go) if the cluster has one, CRC, then the message
 // types, compounds opened. Compression sits inside the encryption, so the
 // datagram is decrypted here to see it; what memberlist gets is the
 // plaintext (returned), which it takes as it is (GossipVerifyIncoming is
@@ -68,14 +68,14 @@ func (r *rejection) Error() string { return fmt.Sprintf("%v: %v", r.reason, r.er
 // refused whatever it holds: this cluster never sends one
 // (EnableCompression is off), and memberlist would inflate it up to 40
 // MiB, some thousand times its size, before looking at it.
-func checkPacket(buf []byte, key []byte) ([]byte, *rejection) {
+func checkPacket(buf []byte, keys *keyring) ([]byte, *rejection) {
 	if len(buf) > 0 && buf[0] == mlHasLabel {
 		return nil, reject(RejectUnknownType, "labelled packet (this cluster uses no memberlist label)")
 	}
-	if key == nil {
+	if !keys.encrypted {
 		return buf, checkPlain(buf)
 	}
-	plain, err := openPayload(key, buf, nil)
+	plain, err := keys.open(buf, nil)
 	if err == nil {
 		return plain, checkPlain(plain)
 	}

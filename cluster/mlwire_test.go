@@ -119,7 +119,7 @@ func TestCheckPacket(t *testing.T) {
 		{"another key", seal(t, bytes.Repeat([]byte{8}, 32), ping, nil), testKey, RejectDecrypt},
 		{"garbage in an encrypted cluster", bytes.Repeat([]byte{0xee}, 60), testKey, RejectDecrypt},
 	} {
-		plain, r := checkPacket(c.buf, c.key)
+		plain, r := checkPacket(c.buf, newKeyring(c.key))
 		switch {
 		case r == nil && c.key != nil && !bytes.Equal(plain, withCRC(ping)):
 			t.Errorf("%s: memberlist would get %x, want the plaintext %x", c.name, plain, withCRC(ping))

@@ -37,7 +37,7 @@ import (
 // first Read, on memberlist's goroutine and under its deadline.
 type screenTransport struct {
 	memberlist.NodeAwareTransport
-	key    []byte // the cluster key; nil: gossip is plaintext
+	keys   *keyring
 	refuse func(what string, from net.Addr, r *rejection)
 
 	packets chan *memberlist.Packet
@@ -87,12 +87,12 @@ const (
 // newScreenTransport wraps t; stop it with Shutdown, or with detach if t
 // is to live on.
 // member may be nil (nobody is a member).
-func newScreenTransport(t memberlist.NodeAwareTransport, key []byte, refuse func(string, net.Addr, *rejection),
+func newScreenTransport(t memberlist.NodeAwareTransport, keys *keyring, refuse func(string, net.Addr, *rejection),
 	member func(netip.Addr) bool) *screenTransport {
 	if member == nil {
 		member = func(netip.Addr) bool { return false }
 	}
-	g := &screenTransport{NodeAwareTransport: t, key: key, refuse: refuse, member: member,
+	g := &screenTransport{NodeAwareTransport: t, keys: keys, refuse: refuse, member: member,
 		packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), muxed: make(chan net.Conn), done: make(chan struct{}),
 		drained: make(chan struct{}), checked: make(chan admitted, maxPendingStreams), headWait: streamHeadWait}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
@@ -114,7 +114,7 @@ func (g *screenTransport) forwardPackets() {
 			g.drain()
 			return
 		case p := <-in:
-			plain, r := checkPacket(p.Buf, g.key)
+			plain, r := checkPacket(p.Buf, g.keys)
 			if r != nil {
 				g.refuse("datagram", p.From, r)
 				continue
@@ -362,7 +362,7 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 func (g *screenTransport) readHead(conn net.Conn, accepted bool) ([]byte, error) {
 	h := &headReader{r: conn, max: maxHead}
 	msg, err := g.readFrom(h, conn, accepted)
-	if err != nil || g.key != nil {
+	if err != nil || g.keys.encrypted {
 		return msg, err
 	}
 	return h.buf, nil // with what was read past the message: memberlist reads on
@@ -388,7 +388,7 @@ func (g *screenTransport) readFrom(h *headReader, conn net.Conn, accepted bool) 
 	if accepted && t[0] == muxPreface {
 		return h.buf, errSessionPreface
 	}
-	if g.key == nil {
+	if !g.keys.encrypted {
 		if t[0] == mlEncrypt {
 			return nil, g.refuseStream(conn, reject(RejectDecrypt, "encrypted stream, and this cluster has no key"))
 		}
@@ -409,7 +409,7 @@ func (g *screenTransport) readFrom(h *headReader, conn net.Conn, accepted bool) 
 	if err != nil {
 		return nil, g.headError(conn, err)
 	}
-	plain, err := openPayload(g.key, payload, aad)
+	plain, err := g.keys.open(payload, aad)
 	if err != nil {
 		return nil, g.refuseStream(conn, reject(RejectDecrypt, "stream: %v", err))
 	}

@@ -106,7 +106,7 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 		name := map[bool]string{true: "encrypted", false: "plaintext"}[key != nil]
 		t.Run(name, func(t *testing.T) {
 			ft, rs := newFakeTransport(), &refusals{}
-			g := newScreenTransport(ft, key, rs.refuse, nil)
+			g := newScreenTransport(ft, newKeyring(key), rs.refuse, nil)
 			defer g.Shutdown()
 			wrap := func(msg []byte) []byte {
 				if key != nil {
@@ -167,7 +167,7 @@ func TestScreenHandsMemberlistNoBomb(t *testing.T) {
 // The stream checks of an encrypted cluster: plaintext, another key.
 func TestScreenStreamsOfAnEncryptedCluster(t *testing.T) {
 	ft, rs := newFakeTransport(), &refusals{}
-	g := newScreenTransport(ft, testKey, rs.refuse, nil)
+	g := newScreenTransport(ft, newKeyring(testKey), rs.refuse, nil)
 	defer g.Shutdown()
 	for _, c := range []struct {
 		data []byte
@@ -240,7 +240,7 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 	lim := newLogLimiter(clock.Now, rejectLogEvery)
 	c := &Cluster{log: slog.New(rateHandler{slog.NewTextHandler(&out, nil), lim}), logLim: lim}
 	ft := newFakeTransport()
-	g := newScreenTransport(ft, nil, c.refuseInput, nil)
+	g := newScreenTransport(ft, newKeyring(nil), c.refuseInput, nil)
 	defer g.Shutdown()
 	garbage := [][]byte{{99}, {mlCompress, 1}, {mlCompound, 9}}
 	reasons := []Reason{RejectUnknownType, RejectCompressed, RejectMalformed}
@@ -279,7 +279,7 @@ func TestScreenShutdownWhileDatagramsArrive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newScreenTransport(nt, nil, (&refusals{}).refuse, nil)
+	g := newScreenTransport(nt, newKeyring(nil), (&refusals{}).refuse, nil)
 	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: nt.GetAutoBindPort()}
 	conn, err := net.DialUDP("udp", nil, to)
 	if err != nil {
@@ -322,7 +322,7 @@ func TestScreenShutdownWhileDatagramsArrive(t *testing.T) {
 // gone. (Dropped once: every anti-entropy message was lost in tests.)
 func TestScreenPassesAStreamWhosePeerClosed(t *testing.T) {
 	ft, rs := newFakeTransport(), &refusals{}
-	g := newScreenTransport(ft, testKey, rs.refuse, nil)
+	g := newScreenTransport(ft, newKeyring(testKey), rs.refuse, nil)
 	defer g.Shutdown()
 	// In an encrypted cluster the check reads the whole first message,
 	// and memberlist gets it decrypted.
@@ -348,7 +348,7 @@ func TestScreenPassesAStreamWhosePeerClosed(t *testing.T) {
 // an ERROR line each). A dialed stream may answer with those.
 func TestScreenAcceptedPlaintextStreams(t *testing.T) {
 	ft, rs := newFakeTransport(), &refusals{}
-	g := newScreenTransport(ft, nil, rs.refuse, nil)
+	g := newScreenTransport(ft, newKeyring(nil), rs.refuse, nil)
 	g.headWait = 200 * time.Millisecond
 	defer g.Shutdown()
 	send := func(data []byte, hold bool) {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -37,10 +38,13 @@ const (
 	maxAdverts = 4096
 )
 
-// advert is a member's settings, as the instance epoch said them.
+// advert is a member's settings, as the instance epoch said them, and
+// the ids of the secrets it holds, primary first (none from a member
+// without a secret, or of a build before keyrings).
 type advert struct {
 	epoch uint64
 	Settings
+	keyIDs []string
 }
 
 // checkSettings validates settings from the network.
@@ -109,8 +113,15 @@ func (c *Cluster) handleSettings(m *message) {
 		c.mu.Unlock()
 		return
 	}
-	c.st.adverts[m.from] = advert{epoch: m.epoch, Settings: m.adv}
+	c.st.adverts[m.from] = advert{epoch: m.epoch, Settings: m.adv, keyIDs: m.keyIDs}
 	refused, port := c.refuseLocked(m.from), c.settings.VXLANPort
+	if mm := c.st.members[m.from]; mm != nil && mm.epoch == m.epoch && mm.vtep.IsValid() && m.keyIDs != nil && c.memberKeyIDs != nil {
+		if c.keyIDsDue == nil {
+			c.keyIDsDue = map[netip.Addr][]string{}
+		}
+		c.keyIDsDue[mm.vtep] = m.keyIDs // the delivery goroutine's (MemberKeyIDs)
+		c.wake(c.deliverCh)
+	}
 	c.mu.Unlock()
 	c.logRefusal(m.from, port, refused)
 }
@@ -188,7 +199,7 @@ func (c *Cluster) settingsLoop() {
 			}
 			targets = append(targets, target{name: name, tries: tries,
 				node: &memberlist.Node{Name: m.name, Addr: m.addr.Addr().AsSlice(), Port: m.addr.Port()},
-				msg:  encodeSettings(c.versionForLocked(name), c.name, c.epoch, c.settings)})
+				msg:  encodeSettings(c.versionForLocked(name), c.name, c.epoch, c.settings, c.keyIDs)})
 		}
 		c.mu.Unlock()
 		for _, t := range targets {

@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -52,7 +55,7 @@ func TestSettingsReachTheMembers(t *testing.T) {
 
 func TestSettingsFromTheNetworkAreChecked(t *testing.T) {
 	for _, c := range []struct{ port, mtu, swarm uint64 }{{0, 1500, 0}, {70000, 1500, 0}, {4789, 575, 0}, {4789, 70000, 0}, {4789, 1500, 2}} {
-		msg := encodeSettings(3, "n9", 7, Settings{VXLANPort: uint16(c.port), UnderlayMTU: int(c.mtu)})
+		msg := encodeSettings(3, "n9", 7, Settings{VXLANPort: uint16(c.port), UnderlayMTU: int(c.mtu)}, nil)
 		if c.port > 65535 || c.swarm > 1 { // not encodable through Settings: build it by hand
 			e := encoder{}
 			e.b = append(e.b, wireMagic, 3, kindSettings)
@@ -67,14 +70,48 @@ func TestSettingsFromTheNetworkAreChecked(t *testing.T) {
 			t.Errorf("port %d, MTU %d accepted", c.port, c.mtu)
 		}
 	}
-	if _, err := decodeMessageUpTo(encodeSettings(3, "n9", 7, Settings{VXLANPort: 4789, UnderlayMTU: 1500}), time.Now(), 2); err == nil {
+	if _, err := decodeMessageUpTo(encodeSettings(3, "n9", 7, Settings{VXLANPort: 4789, UnderlayMTU: 1500}, nil), time.Now(), 2); err == nil {
 		t.Error("a version-2 decoder (0.1.0's range) accepted a settings message")
 	}
 	for _, want := range []Settings{{VXLANPort: 4789, UnderlayMTU: 1500}, {VXLANPort: 5789, UnderlayMTU: 1400, Swarm: true}} {
-		m, err := decodeMessage(encodeSettings(3, "n9", 7, want), time.Now())
+		m, err := decodeMessage(encodeSettings(3, "n9", 7, want, nil), time.Now())
 		if err != nil || m.from != "n9" || m.epoch != 7 || m.adv != want {
 			t.Fatalf("round trip of %+v: %+v %v", want, m, err)
 		}
+	}
+}
+
+// TestSettingsKeyIDs: a node's key ids ride with its settings; ids that
+// are not ids are refused with the message, and a message without any
+// (a build before keyrings) still decodes.
+func TestSettingsKeyIDs(t *testing.T) {
+	adv := Settings{VXLANPort: 4789, UnderlayMTU: 1500}
+	for _, ids := range [][]string{nil, {"0a1b2c3d"}, {"0a1b2c3d", "ffffffff", "00000000"}} {
+		m, err := decodeMessage(encodeSettings(3, "n9", 7, adv, ids), time.Now())
+		if err != nil || !slices.Equal(m.keyIDs, ids) || m.adv != adv {
+			t.Fatalf("round trip of %v: %+v %v", ids, m, err)
+		}
+	}
+	old := encodeSettings(3, "n9", 7, adv, nil)
+	old = old[:len(old)-1] // no count at all
+	if m, err := decodeMessage(old, time.Now()); err != nil || m.keyIDs != nil || m.adv != adv {
+		t.Fatalf("settings without key ids: %+v %v", m, err)
+	}
+	nine := make([]string, 9)
+	for i := range nine {
+		nine[i] = fmt.Sprintf("%08x", i)
+	}
+	for name, ids := range map[string][]string{
+		"too many": nine, "upper case": {"0A1B2C3D"}, "short": {"0a1b2c"}, "not hex": {"0a1b2c3g"}, "twice": {"0a1b2c3d", "0a1b2c3d"},
+		"a secret's length": {strings.Repeat("ab", 16)},
+	} {
+		if m, err := decodeMessage(encodeSettings(3, "n9", 7, adv, ids), time.Now()); err == nil {
+			t.Errorf("%s: key ids %v accepted as %v", name, ids, m.keyIDs)
+		}
+	}
+	trunc := encodeSettings(3, "n9", 7, adv, []string{"0a1b2c3d"})
+	if _, err := decodeMessage(trunc[:len(trunc)-2], time.Now()); err == nil {
+		t.Error("a truncated key id accepted")
 	}
 }
 
