@@ -117,6 +117,11 @@ func (c *Client) RotateKeys() error {
 	return c.do(http.MethodPost, "/v1/encryption/rotate", nil, nil)
 }
 
+// ReloadSecrets asks the plugin to read its secret file now.
+func (c *Client) ReloadSecrets() error {
+	return c.do(http.MethodPost, "/v1/secrets/reload", nil, nil)
+}
+
 // Healthy reports whether the plugin's driver is ready. The error is for a
 // plugin that cannot be reached or answers nonsense.
 func (c *Client) Healthy() (bool, error) {

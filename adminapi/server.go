@@ -11,8 +11,9 @@
 //	GET    /v1/cluster                               200 gossip members and stats
 //	GET    /v1/encryption                            200 key generations, hosts, SAs
 //	POST   /v1/encryption/rotate                     204 start a new key generation
+//	POST   /v1/secrets/reload                        204 read the secret file now
 //
-// The last three need a backend that implements Inspector; without the
+// The last five need a backend that implements Inspector; without the
 // control plane or a cluster secret they answer 404.
 //
 // Errors are JSON {"error": "..."} with 400 (invalid request, malformed or
@@ -22,6 +23,7 @@
 package adminapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +58,9 @@ type Inspector interface {
 	Cluster() (any, error)
 	Encryption() (any, error)
 	RotateKeys() error
+	// ReloadSecrets reads the secret file now; an error wrapping
+	// driver.ErrInvalid is a file it refused (its secrets stay in use).
+	ReloadSecrets(ctx context.Context) error
 	// Check is what `overlay-plugin check` prints (a check.Report).
 	Check() (any, error)
 }
@@ -93,6 +98,12 @@ func NewServer(backend Backend, ready func() bool, log *slog.Logger) *Server {
 				s.finish(w, r, in.RotateKeys())
 			}
 		})
+		s.mux.HandleFunc("POST /v1/secrets/reload", func(w http.ResponseWriter, r *http.Request) {
+			if s.checkReady(w) {
+				s.finish(w, r, in.ReloadSecrets(r.Context()))
+			}
+		})
+		s.mux.HandleFunc("/v1/secrets/reload", methodNotAllowed("POST"))
 		s.mux.HandleFunc("/v1/cluster", methodNotAllowed("GET, HEAD"))
 		s.mux.HandleFunc("/v1/encryption", methodNotAllowed("GET, HEAD"))
 		s.mux.HandleFunc("/v1/check", methodNotAllowed("GET, HEAD"))

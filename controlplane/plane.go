@@ -82,6 +82,8 @@ type Plane struct {
 	// gossip refused lately (rejections.go).
 	secret   bool
 	rejected rejections
+	// secrets follows the secret file; nil without one.
+	secrets *secretFile
 	// drv and port are for the settings agreement (agreement.go).
 	drv  *driver.Driver
 	port uint16
@@ -144,10 +146,9 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		p.startHealth(runCtx, cfg, drv, addr, log)
 		return p, nil
 	}
-	var secret []byte
 	if cfg.SecretFile != "" {
 		var err error
-		if secret, err = encryption.ReadSecret(cfg.SecretFile, log); err != nil {
+		if p.secrets, err = newSecretFile(cfg.SecretFile, log); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -172,30 +173,32 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	// state before the members' records reach the driver. A first run
 	// learns the port from the members, so it builds the manager after
 	// the join, and the keys they publish meanwhile wait in keys.
-	var keys keyRelay
-	var gossipKey []byte
-	var nodeData func(netip.Addr, []byte)
+	var keys relays
+	ccfg := cluster.Config{
+		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join,
+		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: cfg.Transport, Sink: drv, Logger: log,
+		MemberVTEPs: cfg.MemberVTEPs, Settings: settings, AwaitOwn: true,
+	}
 	pub := encryption.NewPublisher(encryption.KeyStore{DB: cfg.DB}, addr, log)
-	if secret != nil {
-		gossipKey, nodeData = encryption.Subkey(secret, encryption.UseGossip), keys.deliver
+	if p.secrets != nil {
+		ring := p.secrets.held()
+		gk := gossipKeys(ring)
+		ccfg.SecretKey, ccfg.AcceptKeys, ccfg.KeyIDs = gk[0], gk[1:], encryption.IDs(ring)
+		ccfg.NodeData, ccfg.MemberKeyIDs = keys.public.deliver, keys.secrets.deliver
 		if cfg.Port.Port != 0 {
-			if err := p.newEncryption(cfg, secret, addr, pub, &keys); err != nil {
+			if err := p.newEncryption(cfg, addr, pub, &keys); err != nil {
 				cancel()
 				return nil, err
 			}
 		}
 	}
-	c, err := cluster.New(cluster.Config{
-		NodeName: name, BindPort: cfg.GossipPort, AdvertiseAddr: addr, Join: cfg.Join, SecretKey: gossipKey,
-		DeadGrace: cfg.DeadGrace, RestartGrace: cfg.RestartGrace, Transport: cfg.Transport, Sink: drv, Logger: log,
-		NodeData: nodeData, MemberVTEPs: cfg.MemberVTEPs, Settings: settings, AwaitOwn: true,
-	})
+	c, err := cluster.New(ccfg)
 	if err != nil {
 		cancel()
 		p.StopEncryption()
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
-	p.cluster, p.secret = c, secret != nil
+	p.cluster, p.secret = c, p.secrets != nil
 	p.runs.Go(func() { p.rejected.run(runCtx, c) })
 	if cfg.Engine != nil {
 		nodes := enginewatch.NewNodes(cfg.Engine, c.NodeHint, 0, log)
@@ -211,8 +214,8 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 		}
 	}
 	pub.Attach(c)
-	if secret != nil && p.enc == nil {
-		if err := p.newEncryption(cfg, secret, addr, pub, &keys); err != nil {
+	if p.secrets != nil && p.enc == nil {
+		if err := p.newEncryption(cfg, addr, pub, &keys); err != nil {
 			p.StopGossip()
 			return nil, err
 		}
@@ -228,6 +231,9 @@ func Start(ctx context.Context, cfg Config, drv *driver.Driver) (*Plane, error) 
 	}
 	drv.SetControlPlane(c) // republishes what the driver holds
 	c.OwnSettled()
+	if p.secrets != nil {
+		p.runs.Go(func() { p.secrets.run(runCtx, p.applySecrets) })
+	}
 	p.startHealth(runCtx, cfg, drv, addr, log)
 	log.Info("gossip control plane started", "node", name, "port", cfg.GossipPort, "seeds", cfg.Join, "encryption", p.enc != nil)
 	return p, nil
@@ -249,13 +255,13 @@ func (p *Plane) settlePort(cfg Config, pc PortChoice, addr netip.Addr) {
 // newEncryption builds the IPsec manager for VXLAN on p.port, taking over
 // the previous run's IPsec state, and hands it the keys the members
 // published meanwhile (and from then on those they publish).
-func (p *Plane) newEncryption(cfg Config, secret []byte, addr netip.Addr, pub *encryption.Publisher, keys *keyRelay) error {
+func (p *Plane) newEncryption(cfg Config, addr netip.Addr, pub *encryption.Publisher, keys *relays) error {
 	resume := encryption.KeyStore{DB: cfg.DB}.Resume(addr, p.log)
 	x, fw, release, err := cfg.NewEncryption(p.port)
 	if err != nil {
 		return fmt.Errorf("encryption: %w", err)
 	}
-	p.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Secret: encryption.Subkey(secret, encryption.UseESP),
+	p.enc, err = encryption.NewManager(encryption.Config{XFRM: x, Firewall: fw, Salts: encryption.Salts(p.secrets.held()),
 		Local: addr, Port: p.port, Schedule: encryption.ScheduleEvery(cfg.KeyRotation), Publish: pub.Publish, Logger: p.log,
 		Resume: resume})
 	if err != nil {
@@ -264,7 +270,8 @@ func (p *Plane) newEncryption(cfg Config, secret []byte, addr netip.Addr, pub *e
 		return err
 	}
 	p.release = release
-	keys.attach(p.enc.ReceiveKeys)
+	keys.public.attach(p.enc.ReceiveKeys)
+	keys.secrets.attach(p.peerSecrets)
 	return nil
 }
 
@@ -299,10 +306,15 @@ func (p *Plane) Cluster() (any, error) {
 	if p == nil || p.cluster == nil {
 		return nil, errNoGossip
 	}
+	var secrets *encryption.SecretsStatus
+	if s, ok := p.SecretsStatus(); ok {
+		secrets = &s
+	}
 	return struct {
-		Members []cluster.Member `json:"members"`
-		Stats   cluster.Stats    `json:"stats"`
-	}{p.cluster.Members(), p.cluster.Stats()}, nil
+		Members []cluster.Member          `json:"members"`
+		Secrets *encryption.SecretsStatus `json:"secrets,omitempty"`
+		Stats   cluster.Stats             `json:"stats"`
+	}{p.cluster.Members(), secrets, p.cluster.Stats()}, nil
 }
 
 // Encryption is the admin API's view of the IPsec state.

@@ -105,7 +105,7 @@ func TestSettleFirstRun(t *testing.T) {
 // straight.
 func TestKeyRelay(t *testing.T) {
 	a, b := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")
-	var r keyRelay
+	var r keyRelay[[]byte]
 	r.deliver(a, []byte("a1"))
 	r.deliver(b, []byte("b1"))
 	r.deliver(a, []byte("a2"))

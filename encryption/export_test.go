@@ -5,6 +5,7 @@ package encryption
 // imports this package.
 var (
 	TestSecret   = secret
+	TestSalts    = []Salt{{ID: "0000000a", Key: secret}}
 	TestHostA    = hostA
 	TestT0       = t0
 	TestSchedule = testSchedule()

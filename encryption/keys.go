@@ -52,14 +52,18 @@ type PublicKey struct {
 }
 
 // Direction names one ESP security association: traffic from Src to Dst,
-// keyed by Src's generation SrcGen and Dst's generation DstGen.
+// keyed by Src's generation SrcGen and Dst's generation DstGen, and salted
+// with the cluster secret of id Secret (PairSecret). The id is not part of
+// the derivation's input, only the secret is: with one secret, the keys
+// are those of a release before keyrings.
 type Direction struct {
 	Src, Dst       netip.Addr
 	SrcGen, DstGen uint64
+	Secret         string
 }
 
 func (d Direction) String() string {
-	return fmt.Sprintf("%s(g%d)->%s(g%d)", d.Src, d.SrcGen, d.Dst, d.DstGen)
+	return fmt.Sprintf("%s(g%d)->%s(g%d) secret %s", d.Src, d.SrcGen, d.Dst, d.DstGen, d.Secret)
 }
 
 // SA is the key material of one direction.

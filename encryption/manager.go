@@ -53,8 +53,9 @@ type FirewallCounters struct {
 type Config struct {
 	XFRM     XFRM
 	Firewall Firewall
-	// Secret is the 32-byte cluster secret that salts every key.
-	Secret []byte
+	// Salts are the cluster secrets that salt the keys, primary first
+	// (SetSalts changes them).
+	Salts []Salt
 	// Local is this host's VTEP address; Port the VXLAN port.
 	Local    netip.Addr
 	Port     uint16
@@ -103,7 +104,6 @@ func newRemote() *remote { return &remote{sas: map[uint32]Direction{}, inherited
 type Manager struct {
 	xfrm    XFRM
 	fw      Firewall
-	secret  []byte
 	local   netip.Addr
 	port    uint16
 	publish func([]PublicKey)
@@ -122,6 +122,16 @@ type Manager struct {
 	mu       lockrank.Mutex[lockrank.Encryption]
 	keyring  *Keyring
 	peerKeys map[netip.Addr][]PublicKey
+	// salts are this host's cluster secrets, primary first; saltOf the
+	// same by id. peerSecrets are the ids each remote host said it holds
+	// (SetPeerSecrets); a host absent has said none (PairSecret).
+	salts       []Salt
+	saltOf      map[string][]byte
+	peerSecrets map[netip.Addr][]string
+	// unshared are the remotes in use that share no secret with this
+	// host, and unsharedSeen counts each time one became so.
+	unshared     map[netip.Addr]bool
+	unsharedSeen uint64
 	// refs counts, per remote VTEP, the encrypted networks that reach it.
 	refs countmap.Map[netip.Addr]
 	// vnis counts the users of each encrypted VNI's firewall rules.
@@ -146,8 +156,8 @@ type Manager struct {
 // kernel without ESP gives a Manager whose Supported reports why, so the
 // plugin still serves unencrypted networks.
 func NewManager(cfg Config) (*Manager, error) {
-	if len(cfg.Secret) != SecretLen {
-		return nil, fmt.Errorf("encryption: cluster secret must be %d bytes", SecretLen)
+	if err := checkSalts(cfg.Salts); err != nil {
+		return nil, err
 	}
 	if cfg.XFRM == nil || cfg.Firewall == nil || !cfg.Local.IsValid() || cfg.Port == 0 {
 		return nil, errors.New("encryption: XFRM, Firewall, Local and Port are required")
@@ -162,11 +172,13 @@ func NewManager(cfg Config) (*Manager, error) {
 		cfg.Logger = slog.Default()
 	}
 	m := &Manager{
-		xfrm: cfg.XFRM, fw: cfg.Firewall, secret: append([]byte(nil), cfg.Secret...),
+		xfrm: cfg.XFRM, fw: cfg.Firewall,
+		peerSecrets: map[netip.Addr][]string{}, unshared: map[netip.Addr]bool{},
 		local: cfg.Local.Unmap(), port: cfg.Port, publish: cfg.Publish, now: cfg.Now, log: cfg.Logger,
 		peerKeys: map[netip.Addr][]PublicKey{}, refs: countmap.Map[netip.Addr]{},
 		vnis: countmap.Map[uint32]{}, remotes: map[netip.Addr]*remote{}, derived: map[Direction]SA{}, spent: map[Direction]bool{},
 	}
+	m.setSalts(cfg.Salts)
 	inherited, err := m.fw.Keep()
 	if err != nil {
 		return nil, fmt.Errorf("encryption: the previous run's firewall rules: %w", err)
@@ -560,15 +572,19 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 		peer := m.peerKeys[vtep]
 		for _, pk := range peer {
 			for _, g := range own {
-				sa, err := m.sa(Direction{Src: vtep, Dst: m.local, SrcGen: pk.Gen, DstGen: g.Gen}, g.Gen, pk.Key)
-				if errors.Is(err, errNoPrivateKey) {
-					continue // the kernel holds it if it was ever needed
+				// Every secret this host holds: the peer may send with
+				// any it holds too (PairSecret).
+				for _, s := range m.salts {
+					sa, err := m.sa(Direction{Src: vtep, Dst: m.local, SrcGen: pk.Gen, DstGen: g.Gen, Secret: s.ID}, g.Gen, pk.Key)
+					if errors.Is(err, errNoPrivateKey) {
+						continue // the kernel holds it if it was ever needed
+					}
+					if err != nil {
+						errs = append(errs, err)
+						continue
+					}
+					want[sa.SPI] = sa
 				}
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				want[sa.SPI] = sa
 			}
 		}
 		a, okA := Active(own, now)
@@ -587,8 +603,9 @@ func (m *Manager) reconcile(vtep netip.Addr) error {
 			}
 			okB = kept
 		}
-		if okA && okB {
-			sa, err := m.sa(Direction{Src: m.local, Dst: vtep, SrcGen: a.Gen, DstGen: b.Gen}, a.Gen, b.Key)
+		secret, shared := m.pairSecret(vtep)
+		if okA && okB && shared {
+			sa, err := m.sa(Direction{Src: m.local, Dst: vtep, SrcGen: a.Gen, DstGen: b.Gen, Secret: secret}, a.Gen, b.Key)
 			switch {
 			case errors.Is(err, errNoPrivateKey):
 				// Sending with an inherited generation: the policy the
@@ -676,7 +693,11 @@ func (m *Manager) sa(d Direction, own uint64, peerKey []byte) (SA, error) {
 	inSecret(func() {
 		var shared []byte
 		if shared, err = m.keyring.Shared(own, peerKey); err == nil {
-			sa, err = DeriveSA(shared, m.secret, d)
+			if salt, ok := m.saltOf[d.Secret]; ok {
+				sa, err = DeriveSA(shared, salt, d)
+			} else {
+				err = fmt.Errorf("cluster secret %s: not held", d.Secret)
+			}
 			clear(shared)
 		}
 	})
@@ -700,13 +721,14 @@ func (m *Manager) prune() {
 		if d.Dst == m.local {
 			ours, theirs, peer = d.DstGen, d.SrcGen, d.Src
 		}
-		if !own[ours] || !slices.ContainsFunc(m.peerKeys[peer], func(k PublicKey) bool { return k.Gen == theirs }) {
+		_, held := m.saltOf[d.Secret]
+		if !held || !own[ours] || !slices.ContainsFunc(m.peerKeys[peer], func(k PublicKey) bool { return k.Gen == theirs }) {
 			clear(sa.Key)
 			delete(m.derived, d)
 		}
 	}
 	for d := range m.spent {
-		if !own[d.SrcGen] || !slices.ContainsFunc(m.peerKeys[d.Dst], func(k PublicKey) bool { return k.Gen == d.DstGen }) {
+		if _, held := m.saltOf[d.Secret]; !held || !own[d.SrcGen] || !slices.ContainsFunc(m.peerKeys[d.Dst], func(k PublicKey) bool { return k.Gen == d.DstGen }) {
 			delete(m.spent, d)
 		}
 	}
@@ -714,10 +736,14 @@ func (m *Manager) prune() {
 
 // Status is a copy of the IPsec state, for inspection.
 type Status struct {
-	Supported string           `json:"unsupported,omitempty"`
-	Own       []PublicKeyInfo  `json:"ownGenerations"`
-	Remotes   []RemoteStatus   `json:"remotes"`
-	VNIs      []uint32         `json:"encryptedVNIs"`
+	Supported string          `json:"unsupported,omitempty"`
+	Own       []PublicKeyInfo `json:"ownGenerations"`
+	Remotes   []RemoteStatus  `json:"remotes"`
+	VNIs      []uint32        `json:"encryptedVNIs"`
+	// Secrets are the ids of this host's cluster secrets, primary first;
+	// Unshared counts the times a host in use was found to share none.
+	Secrets   []string         `json:"secrets"`
+	Unshared  uint64           `json:"unsharedSecretRefusals"`
 	States    []StateInfo      `json:"states"`
 	Firewall  FirewallCounters `json:"firewall"`
 	LastError string           `json:"lastError,omitempty"`
@@ -738,6 +764,11 @@ type RemoteStatus struct {
 	PolicySPI   uint32          `json:"policySPI"`
 	Blocked     bool            `json:"blocked"`
 	SAs         int             `json:"sas"`
+	// Secrets are the ids of the cluster secrets it said it holds
+	// (none: it said none), and Secret the one this host sends to it
+	// with, if its policy carries an SA.
+	Secrets []string `json:"secrets,omitempty"`
+	Secret  string   `json:"secret,omitempty"`
 }
 
 func infos(keys []PublicKey) []PublicKeyInfo {
@@ -767,7 +798,10 @@ func (m *Manager) Status() Status {
 func (m *Manager) ownStatus() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := Status{Own: infos(m.keyring.Public()), Remotes: []RemoteStatus{}, VNIs: slices.Sorted(maps.Keys(m.vnis))}
+	st := Status{Own: infos(m.keyring.Public()), Remotes: []RemoteStatus{}, VNIs: slices.Sorted(maps.Keys(m.vnis)), Unshared: m.unsharedSeen}
+	for _, s := range m.salts {
+		st.Secrets = append(st.Secrets, s.ID)
+	}
 	if m.unsupported != nil {
 		st.Supported = m.unsupported.Error()
 	}
@@ -782,11 +816,12 @@ func (m *Manager) ownStatus() Status {
 		vteps[v] = true
 	}
 	for _, v := range slices.SortedFunc(maps.Keys(vteps), netip.Addr.Compare) {
-		rs := RemoteStatus{VTEP: v, Refs: m.refs[v], Generations: infos(m.peerKeys[v])}
+		rs := RemoteStatus{VTEP: v, Refs: m.refs[v], Generations: infos(m.peerKeys[v]), Secrets: slices.Clone(m.peerSecrets[v])}
 		if r := m.remotes[v]; r != nil {
 			rs.Blocked, rs.SAs = r.hasPolicy && r.policy == 0, len(r.sas)
 			if r.hasPolicy {
 				rs.PolicySPI = r.policy
+				rs.Secret = r.sas[r.policy].Secret
 			}
 		}
 		st.Remotes = append(st.Remotes, rs)

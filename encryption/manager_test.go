@@ -56,7 +56,7 @@ func newHost(t *testing.T, addr string, now func() time.Time) *host {
 // start runs a new manager on h's kernel, resuming the keys if any.
 func (h *host) start(t *testing.T, now func() time.Time, resume []encryption.PublicKey) {
 	t.Helper()
-	m, err := encryption.NewManager(encryption.Config{XFRM: h.x, Firewall: h.fw, Secret: encryption.TestSecret, Local: h.addr, Port: 4789,
+	m, err := encryption.NewManager(encryption.Config{XFRM: h.x, Firewall: h.fw, Salts: encryption.TestSalts, Local: h.addr, Port: 4789,
 		Schedule: encryption.TestSchedule, Now: now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Publish: func(k []encryption.PublicKey) { h.mu.Lock(); h.pub = k; h.mu.Unlock() }, Resume: resume})
 	if err != nil {
@@ -318,7 +318,7 @@ func TestVNIFirewallRefcount(t *testing.T) {
 func TestUnsupportedKernel(t *testing.T) {
 	x := fakexfrm.New()
 	x.CheckErr = fakexfrm.NoESPError()
-	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: firewalltest.New(), Secret: encryption.TestSecret,
+	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: firewalltest.New(), Salts: encryption.TestSalts,
 		Local: encryption.TestHostA, Port: 4789, Schedule: encryption.TestSchedule, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -698,7 +698,7 @@ func (b blockingStates) States() ([]encryption.StateInfo, error) {
 // encryption mutex: peers are programmed meanwhile.
 func TestStatusDoesNotBlockProgramming(t *testing.T) {
 	x := blockingStates{fakexfrm.New(), make(chan struct{}), make(chan struct{})}
-	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: firewalltest.New(), Secret: encryption.TestSecret,
+	m, err := encryption.NewManager(encryption.Config{XFRM: x, Firewall: firewalltest.New(), Salts: encryption.TestSalts,
 		Local: netip.MustParseAddr("198.51.100.1"), Port: 4789, Schedule: encryption.TestSchedule,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

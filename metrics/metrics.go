@@ -34,6 +34,8 @@ type Sources struct {
 	MACConflicts func() uint64
 	Cluster      func() (cluster.Stats, bool)
 	Encryption   func() (encryption.Status, bool)
+	// Secrets is the cluster's keyring as this node sees it.
+	Secrets func() (encryption.SecretsStatus, bool)
 	// Paths are the data-path probes' view of each peer (health).
 	Paths func() []health.PathStatus
 	// VXLANFilter is the VXLAN source filter's state; false: no filter.
@@ -151,6 +153,12 @@ var (
 	fwPackets      = desc("firewall_packets_total", "VXLAN packets of the plugin's networks the source filter dropped since its table was last built, by reason: unknown_source (not a member's VTEP nor a remote endpoint's).", "reason")
 	fwSources      = desc("vxlan_filter_sources", "Sources (VTEPs) the VXLAN source filter admits.")
 	fwIntact       = desc("vxlan_filter_intact", "1 when the kernel's source filter table is what the plugin programmed; 0 until the repair rebuilds one changed from outside.")
+	secHeld        = desc("secret_held", "1 for each cluster secret this node holds, by id (never the secret) and whether it is the primary (sent with).", "id", "primary")
+	secFileError   = desc("secret_file_error", "1 when the secret file's last reading was refused: the secrets held stay in use (see the log or `overlay-plugin cluster`).")
+	secMember      = desc("member_secret", "1 for each cluster secret a live member said it holds, by member and id.", "member", "id")
+	secLacks       = desc("member_lacks_primary", "1 for a live member that holds none of this node's primary secret: removing the others would cut it off.", "member")
+	secPair        = desc("ipsec_pair_secret", "1 for the cluster secret this node's IPsec traffic to a member is keyed with, by member and id.", "member", "id")
+	secUnshared    = desc("encryption_unshared_secret_refusals_total", "Times a remote host in use was found to hold none of this node's cluster secrets: its encrypted traffic is blocked.")
 	encFirewall    = desc("encryption_firewall_packets_total", "Packets of encrypted VNIs seen by the firewall rules since they were last built, by rule: marked (went out for IPsec), plaintext_dropped (came in without IPsec), unprotected_dropped (no IPsec policy took them on the way out).", "rule")
 )
 
@@ -181,6 +189,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Encryption != nil {
 		if s, ok := c.src.Encryption(); ok {
 			collectEncryption(ch, s)
+		}
+	}
+	if c.src.Secrets != nil {
+		if s, ok := c.src.Secrets(); ok {
+			collectSecrets(ch, s)
 		}
 	}
 	if c.src.Paths != nil {
@@ -315,4 +328,21 @@ func collectEncryption(ch chan<- prometheus.Metric, s encryption.Status) {
 	counter(ch, encFirewall, s.Firewall.Marked, "marked")
 	counter(ch, encFirewall, s.Firewall.PlaintextDropped, "plaintext_dropped")
 	counter(ch, encFirewall, s.Firewall.UnprotectedDropped, "unprotected_dropped")
+	counter(ch, secUnshared, s.Unshared)
+}
+
+func collectSecrets(ch chan<- prometheus.Metric, s encryption.SecretsStatus) {
+	for i, id := range s.Held {
+		gauge(ch, secHeld, 1, id, strconv.FormatBool(i == 0))
+	}
+	gauge(ch, secFileError, bool01(s.FileError != ""))
+	for _, m := range s.Members {
+		for _, id := range m.Secrets {
+			gauge(ch, secMember, 1, m.Name, id)
+		}
+		gauge(ch, secLacks, bool01(m.LacksPrimary), m.Name)
+		if m.PairSecret != "" {
+			gauge(ch, secPair, 1, m.Name, m.PairSecret)
+		}
+	}
 }

@@ -44,7 +44,13 @@ func TestScrape(t *testing.T) {
 			return encryption.Status{Own: make([]encryption.PublicKeyInfo, 2), Remotes: []encryption.RemoteStatus{
 				{PolicySPI: 7}, {Blocked: true},
 			}, States: make([]encryption.StateInfo, 4), LastError: "boom",
-				Firewall: encryption.FirewallCounters{Marked: 9, PlaintextDropped: 5, UnprotectedDropped: 3}}, true
+				Firewall: encryption.FirewallCounters{Marked: 9, PlaintextDropped: 5, UnprotectedDropped: 3}, Unshared: 2}, true
+		},
+		Secrets: func() (encryption.SecretsStatus, bool) {
+			return encryption.SecretsStatus{Held: []string{"0000000b", "0000000a"}, FileError: "line 2", Members: []encryption.MemberSecrets{
+				{Name: "n2", Secrets: []string{"0000000a", "0000000b"}, PairSecret: "0000000b"},
+				{Name: "n3", Secrets: []string{"0000000a"}, LacksPrimary: true},
+			}}, true
 		},
 	}
 	calls := NewCalls()
@@ -82,6 +88,14 @@ func TestScrape(t *testing.T) {
 		`overlay_plugin_encryption_firewall_packets_total{rule="marked"} 9`,
 		`overlay_plugin_encryption_firewall_packets_total{rule="plaintext_dropped"} 5`,
 		`overlay_plugin_encryption_firewall_packets_total{rule="unprotected_dropped"} 3`,
+		`overlay_plugin_encryption_unshared_secret_refusals_total 2`,
+		`overlay_plugin_secret_held{id="0000000b",primary="true"} 1`,
+		`overlay_plugin_secret_held{id="0000000a",primary="false"} 1`,
+		`overlay_plugin_secret_file_error 1`,
+		`overlay_plugin_member_secret{id="0000000b",member="n2"} 1`,
+		`overlay_plugin_member_lacks_primary{member="n2"} 0`,
+		`overlay_plugin_member_lacks_primary{member="n3"} 1`,
+		`overlay_plugin_ipsec_pair_secret{id="0000000b",member="n2"} 1`,
 		`overlay_plugin_driver_calls_total{call="Join",outcome="ok"} 1`,
 		`overlay_plugin_driver_calls_total{call="Join",outcome="error"} 1`,
 		`overlay_plugin_driver_call_duration_seconds_count{call="Join"} 2`,

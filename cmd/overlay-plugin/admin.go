@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,9 @@ func (b adminBackend) DeletePeer(nid, eid string) error {
 func (b adminBackend) Cluster() (any, error)    { return b.plane.Load().Cluster() }
 func (b adminBackend) Encryption() (any, error) { return b.plane.Load().Encryption() }
 func (b adminBackend) RotateKeys() error        { return b.plane.Load().RotateKeys() }
+func (b adminBackend) ReloadSecrets(ctx context.Context) error {
+	return b.plane.Load().Reload(ctx)
+}
 
 // Check gathers the check's inputs from the driver and the control plane.
 func (b adminBackend) Check() (any, error) {
@@ -100,6 +104,7 @@ func metricsSources(g *gate, plane *atomic.Pointer[controlplane.Plane], filter s
 			return 0
 		},
 		Cluster:    func() (cluster.Stats, bool) { return plane.Load().ClusterStats() },
+		Secrets:    func() (encryption.SecretsStatus, bool) { return plane.Load().SecretsStatus() },
 		Encryption: func() (encryption.Status, bool) { return plane.Load().EncryptionStatus() },
 		Paths:      func() []health.PathStatus { return plane.Load().Paths() },
 		Version:    version, Commit: commit,

@@ -31,6 +31,7 @@ commands:
   cluster    print the gossip members and statistics as JSON
   encryption print the IPsec key generations, hosts and SAs as JSON
   rotate-keys start a new IPsec key generation now
+  reload     read the secret file now (it is also read every few seconds)
   check      print what is wrong on this host and with its peers (exit 1 if anything)
   version    print the version
 
@@ -74,6 +75,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 0
 	case "rotate-keys":
 		return reportErr(stderr, admincli.Rotate(rest, getenv, stdout, stderr))
+	case "reload":
+		return reportErr(stderr, admincli.Reload(rest, getenv, stdout, stderr))
 	case "version", "-version", "--version":
 		if len(rest) > 0 {
 			return reportErr(stderr, envflag.Usagef("version takes no arguments"))

@@ -109,6 +109,22 @@ func Rotate(args []string, getenv func(string) string, stdout, stderr io.Writer)
 	return err
 }
 
+// Reload asks the running plugin to read its secret file now.
+func Reload(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := envflag.New("reload", "overlay-plugin reload [flags]\n\nRead the secret file now (the plugin also reads it every few seconds): its\nsecrets are used at once, or, if the file cannot be used, the secrets held\nstay in use and the error says why.", stderr)
+	client := clientFlags(f)
+	if err := f.ParseEnv(args, getenv); err != nil {
+		return err
+	}
+	c := client()
+	defer c.Close()
+	if err := c.ReloadSecrets(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(stdout, "secret file read; its secrets are in use (overlay-plugin cluster shows the ids)")
+	return err
+}
+
 // Peer is `peer add` and `peer del`.
 func Peer(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	const synopsis = "peer add --network N --endpoint E --ip IP [--ip IP6] --mac MAC --vtep ADDR\n       overlay-plugin peer del --network N --endpoint E"

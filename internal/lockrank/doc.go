@@ -30,7 +30,7 @@
 //	16    ServiceWatch  enginewatch Services.mu    which networks' services are due              -
 //	17    Gate          pluginapi Gate.mu          the shutdown flag and in-flight calls         -
 //	18    Health        health Prober.mu           the data-path probes and paths' states        -
-//	19    KeyRelay      controlplane keyRelay.mu   members' keys held until the IPsec manager    -
+//	19    KeyRelay      controlplane keyRelay.mu   members' keys, secret ids until the manager   -
 //	20    SourceFilter  vxlanfilter Filter.mu      the nftables batch, filtered VNIs, sources    Network
 //	21    LBTables      servicelb known.mu         the VIP tables known unchanged since written  LBSandboxes
 //	22    LBPaths       driver lbSandboxes.mu      the containers' entries and their users       Network
