@@ -40,9 +40,12 @@ type ClusterConfig struct {
 	HintsAtStart bool
 
 	// Secret gives every host one shared --secret-file; the hosts in
-	// OddSecret (0-based) get another one.
-	Secret    bool
-	OddSecret map[int]bool
+	// OddSecret (0-based) get another one. SecretPerHost gives each host
+	// a copy of its own (Node.SecretFile), for a test that changes them
+	// one by one.
+	Secret        bool
+	OddSecret     map[int]bool
+	SecretPerHost bool
 	// Flags passed when not zero.
 	DeadGrace    time.Duration // --dead-grace
 	RestartGrace time.Duration // --restart-grace (a release without the flag refuses it)
@@ -84,6 +87,8 @@ type Node struct {
 	Plugin *Plugin
 	// Config started Plugin; Restart starts it again.
 	Config PluginConfig
+	// SecretFile is its --secret-file, if any.
+	SecretFile string
 }
 
 // NewCluster builds the topology, starts a plugin on every host and
@@ -181,6 +186,17 @@ func (c *Cluster) pluginConfig(i int, n *Node) (PluginConfig, error) {
 				return pc, err
 			}
 		}
+		if cfg.SecretPerHost {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return pc, err
+			}
+			path = filepath.Join(n.Dir, "secret")
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				return pc, err
+			}
+		}
+		n.SecretFile = path
 		args = append(args, "--secret-file", path)
 	}
 	for _, f := range []struct {

@@ -83,6 +83,7 @@ func TestGossip(t *testing.T) {
 	t.Run("PartitionPastGrace", func(t *testing.T) { testPartition(t, true) })
 	t.Run("Churn", testChurn)
 	t.Run("SecretMismatch", testSecretMismatch)
+	t.Run("SecretRotation", testSecretRotation)
 	t.Run("Flood", testFlood)
 }
 
