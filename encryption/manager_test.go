@@ -93,6 +93,21 @@ func gossip(t *testing.T, hosts ...*host) {
 	}
 }
 
+// mesh gives every host a reference on every other, as one encrypted
+// network across them does.
+func mesh(t *testing.T, hosts ...*host) {
+	t.Helper()
+	for _, h := range hosts {
+		for _, o := range hosts {
+			if h != o {
+				if err := h.m.AddRemote(o.addr); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
 // tick advances every host's manager to the clock's time.
 func tick(t *testing.T, hosts ...*host) {
 	t.Helper()
@@ -340,15 +355,7 @@ func TestRotationNeverLosesAPacket(t *testing.T) {
 		newHost(t, "198.51.100.2", clocks[1].now),
 		newHost(t, "198.51.100.3", clocks[2].now),
 	}
-	for _, h := range hosts {
-		for _, o := range hosts {
-			if h != o {
-				if err := h.m.AddRemote(o.addr); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	mesh(t, hosts...)
 	gossip(t, hosts...)
 	step := 10 * time.Second
 	gens := map[uint64]bool{}

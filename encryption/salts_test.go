@@ -43,15 +43,7 @@ func TestPairSecret(t *testing.T) {
 func TestSecretRollNeverLosesAPacket(t *testing.T) {
 	c := &clock{t: encryption.TestT0}
 	hosts := []*host{newHost(t, "198.51.100.1", c.now), newHost(t, "198.51.100.2", c.now), newHost(t, "198.51.100.3", c.now)}
-	for _, h := range hosts {
-		for _, o := range hosts {
-			if h != o {
-				if err := h.m.AddRemote(o.addr); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	mesh(t, hosts...)
 	gossip(t, hosts...)
 	oldS := encryption.TestSalts[0]
 	newS := encryption.Salt{ID: "0000000b", Key: bytes.Repeat([]byte{0xb}, encryption.SecretLen)}

@@ -95,33 +95,29 @@ func Inspect(name, what string, get func(*adminapi.Client) (json.RawMessage, err
 
 // Rotate asks the running plugin for a new key generation.
 func Rotate(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := envflag.New("rotate-keys", "overlay-plugin rotate-keys [flags]\n\nStart a new IPsec key generation now; senders switch to it after the lead time.", stderr)
-	client := clientFlags(f)
-	if err := f.ParseEnv(args, getenv); err != nil {
-		return err
-	}
-	c := client()
-	defer c.Close()
-	if err := c.RotateKeys(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintln(stdout, "new key generation published; senders switch after the lead time")
-	return err
+	return action("rotate-keys", "Start a new IPsec key generation now; senders switch to it after the lead time.",
+		(*adminapi.Client).RotateKeys, "new key generation published; senders switch after the lead time", args, getenv, stdout, stderr)
 }
 
 // Reload asks the running plugin to read its secret file now.
 func Reload(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	f := envflag.New("reload", "overlay-plugin reload [flags]\n\nRead the secret file now (the plugin also reads it every few seconds): its\nsecrets are used at once, or, if the file cannot be used, the secrets held\nstay in use and the error says why.", stderr)
+	return action("reload", "Read the secret file now (the plugin also reads it every few seconds): its\nsecrets are used at once, or, if the file cannot be used, the secrets held\nstay in use and the error says why.",
+		(*adminapi.Client).ReloadSecrets, "secret file read; its secrets are in use (overlay-plugin cluster shows the ids)", args, getenv, stdout, stderr)
+}
+
+// action is a command that asks the plugin to do one thing and says so.
+func action(name, what string, do func(*adminapi.Client) error, done string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := envflag.New(name, "overlay-plugin "+name+" [flags]\n\n"+what, stderr)
 	client := clientFlags(f)
 	if err := f.ParseEnv(args, getenv); err != nil {
 		return err
 	}
 	c := client()
 	defer c.Close()
-	if err := c.ReloadSecrets(); err != nil {
+	if err := do(c); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(stdout, "secret file read; its secrets are in use (overlay-plugin cluster shows the ids)")
+	_, err := fmt.Fprintln(stdout, done)
 	return err
 }
 

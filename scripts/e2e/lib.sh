@@ -411,13 +411,21 @@ e2e_build_image() {
 
 # ---------------------------------------------------------------- plugin
 
-# e2e_secret: the run's cluster secret, $E2E_TMP/secrets/secret, the same
-# for every node (the 'secrets' mount's source).
+# e2e_secret: the run's cluster secret, the same for every node, in a
+# directory per node ($E2E_TMP/secrets/NODE/secret, the node's 'secrets'
+# mount source): a check may change one node's (the secret's roll).
 e2e_secret() {
+	local i d
 	mkdir -p "$E2E_TMP/secrets"
 	chmod 700 "$E2E_TMP/secrets"
 	[[ -f $E2E_TMP/secrets/secret ]] || head -c 32 /dev/urandom | base64 >"$E2E_TMP/secrets/secret"
 	chmod 600 "$E2E_TMP/secrets/secret"
+	for ((i = 0; i < E2E_NODES; i++)); do
+		d=$E2E_TMP/secrets/$(e2e_node_name "$i")
+		[[ -f $d/secret ]] && continue
+		install -d -m 700 "$d"
+		install -m 600 "$E2E_TMP/secrets/secret" "$d/secret"
+	done
 }
 
 # e2e_plugin_settings I: node I's plugin settings (K=V ..., for `docker
@@ -427,7 +435,7 @@ e2e_secret() {
 # plugin's other host paths (/run, /var/lib) are the node's own already.
 e2e_plugin_settings() {
 	e2e_secret
-	echo "secrets.source=$E2E_TMP/secrets docker.source=$(e2e_node_sock "$1") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$1") ${E2E_PLUGIN_SETTINGS:-}"
+	echo "secrets.source=$E2E_TMP/secrets/$(e2e_node_name "$1") docker.source=$(e2e_node_sock "$1") OVERLAY_LOG_LEVEL=${E2E_PLUGIN_LOG_LEVEL:-debug} OVERLAY_NODE_NAME=$(e2e_node_name "$1") ${E2E_PLUGIN_SETTINGS:-}"
 }
 # shellcheck disable=SC2034 # read by upgrade.sh
 E2E_UPGRADE_SETTINGS_FN=e2e_plugin_settings

@@ -138,6 +138,9 @@ func encryptedWithESP(c *Check) {
 	if err := c.RotationUnderStream(eps); err != nil {
 		t.Error(err)
 	}
+	if err := c.SecretRollUnderStream(eps); err != nil {
+		t.Error(err)
+	}
 	// Teardown: the plugin removes what it programmed, SAs 20 s after the
 	// last endpoint towards a host went (README, Encryption).
 	c.RemoveLeavingNothing("e2e-enc", 60*time.Second)

@@ -40,16 +40,7 @@ func (c *Check) RotationUnderStream(eps []Endpoint) error {
 		}
 	}
 	t0 := time.Now()
-	outs := make([]chan string, len(eps))
-	for i, ep := range eps {
-		to := eps[(i+1)%len(eps)]
-		outs[i] = make(chan string, 1)
-		go func() {
-			out, _ := ep.Node.DockerT(c.Scaled(streamLen+time.Minute), "exec", ep.CID,
-				"ping", "-c", strconv.Itoa(count), "-i", "0.2", "-W", "10", to.IP)
-			outs[i] <- out
-		}()
-	}
+	outs := c.startPings(eps, count, c.Scaled(streamLen+time.Minute))
 	time.Sleep(5 * time.Second)
 	node0 := eps[0].Node
 	if out, err := c.PluginCLI(node0, "rotate-keys"); err != nil {
@@ -83,13 +74,34 @@ func (c *Check) RotationUnderStream(eps []Endpoint) error {
 		time.Sleep(2 * time.Second)
 	}
 	c.T.Logf("at stream second %.0f every node sends with the new generation: SPIs %q -> %q", time.Since(t0).Seconds(), before, after)
+	return errors.Join(c.tallyPings(eps, outs, count, "the rotation")...)
+}
+
+// startPings has each endpoint ping the next one's address, count
+// numbered echo requests 5 a second; each channel gets ping's output.
+func (c *Check) startPings(eps []Endpoint, count int, limit time.Duration) []chan string {
+	outs := make([]chan string, len(eps))
+	for i, ep := range eps {
+		to := eps[(i+1)%len(eps)]
+		outs[i] = make(chan string, 1)
+		go func() {
+			out, _ := ep.Node.DockerT(limit, "exec", ep.CID, "ping", "-c", strconv.Itoa(count), "-i", "0.2", "-W", "10", to.IP)
+			outs[i] <- out
+		}()
+	}
+	return outs
+}
+
+// tallyPings waits for startPings' streams and returns an error for each
+// that lost an echo request across what.
+func (c *Check) tallyPings(eps []Endpoint, outs []chan string, count int, what string) []error {
 	var errs []error
 	for i, ep := range eps {
 		to := eps[(i+1)%len(eps)]
 		out := <-outs[i]
 		m := rePingTotals.FindStringSubmatch(out)
 		if m != nil && m[1] == strconv.Itoa(count) && m[2] == m[1] {
-			c.T.Logf("%s -> %s: %s of %s numbered echo requests answered across the rotation", ep.Node, to.IP, m[2], m[1])
+			c.T.Logf("%s -> %s: %s of %s numbered echo requests answered across %s", ep.Node, to.IP, m[2], m[1], what)
 			continue
 		}
 		seen := map[string]bool{}
@@ -102,8 +114,8 @@ func (c *Check) RotationUnderStream(eps []Endpoint) error {
 				missing = append(missing, strconv.Itoa(s))
 			}
 		}
-		errs = append(errs, fmt.Errorf("%s -> %s: %v across the rotation; unanswered seq (0.2 s apart): %.300s",
-			ep.Node, to.IP, m, strings.Join(missing, " ")))
+		errs = append(errs, fmt.Errorf("%s -> %s: %v across %s; unanswered seq (0.2 s apart): %.300s",
+			ep.Node, to.IP, m, what, strings.Join(missing, " ")))
 	}
-	return errors.Join(errs...)
+	return errs
 }

@@ -218,6 +218,7 @@ func TestEncryptedOverlay(t *testing.T) {
 		{"5b-container-back-keeps-sequence", s.phaseContainerBack},
 		{"5c-restart-keeps-traffic", s.phaseRestart},
 		{"5d-esp-filtered-named", s.phaseESPFiltered},
+		{"5e-secret-roll-lossless", s.phaseSecretRoll},
 		{"6-teardown-clean", s.phaseTeardown},
 	}
 	for _, p := range phases {
@@ -243,7 +244,7 @@ func setup(t *testing.T) *suite {
 		t.Fatalf("plugin binary: %v", err)
 	}
 	tc, err := testbed.New(t).NewCluster(testbed.ClusterConfig{UnderlayWait: 30 * time.Second,
-		Gossip: true, Secret: true, KeyRotation: keyRotation,
+		Gossip: true, Secret: true, SecretPerHost: true, KeyRotation: keyRotation,
 		Plugin:        testbed.PluginConfig{StartTimeout: pluginStart},
 		ParallelStart: true})
 	if err != nil {

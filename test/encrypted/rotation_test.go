@@ -143,19 +143,10 @@ func (s *suite) phaseRotation(t *testing.T) {
 	// emulator stretches past the margin: then the quiet window is
 	// looked for again.
 	var pre map[*testbed.Node]encryption.Status
-	stat0 := map[*testbed.Node]map[string]uint64{}
-	drop0 := map[*testbed.Node]uint64{}
+	var counters0 ipsecCounters
 	for {
 		pre = s.quietSchedule(t, 10*time.Second)
-		for _, n := range s.Nodes {
-			var err error
-			if stat0[n], err = xfrmStat(n.NS); err != nil {
-				t.Fatal(err)
-			}
-			if drop0[n], err = nftCounter(n.NS, "input"); err != nil {
-				t.Fatal(err)
-			}
-		}
+		counters0 = s.readIPsecCounters(t)
 		left := time.Until(s.nextDue(pre))
 		if left > 5*time.Second {
 			break
@@ -289,19 +280,41 @@ func (s *suite) phaseRotation(t *testing.T) {
 			t.Errorf("packets lost or duplicated across the rotation: %s", r)
 		}
 	}
+	s.checkNoIPsecErrors(t, counters0, "the rotation")
+}
+
+// ipsecCounters are each host's xfrm_stat error counters and nft
+// plaintext drops at one moment.
+type ipsecCounters struct {
+	stat map[*testbed.Node]map[string]uint64
+	drop map[*testbed.Node]uint64
+}
+
+func (s *suite) readIPsecCounters(t *testing.T) ipsecCounters {
+	t.Helper()
+	c := ipsecCounters{stat: map[*testbed.Node]map[string]uint64{}, drop: map[*testbed.Node]uint64{}}
 	for _, n := range s.Nodes {
-		st, err := xfrmStat(n.NS)
-		if err != nil {
+		var err error
+		if c.stat[n], err = xfrmStat(n.NS); err != nil {
 			t.Fatal(err)
 		}
-		drop, err := nftCounter(n.NS, "input")
-		if err != nil {
+		if c.drop[n], err = nftCounter(n.NS, "input"); err != nil {
 			t.Fatal(err)
 		}
-		d := statDelta(stat0[n], st)
-		t.Logf("%s during the rotation: xfrm_stat errors %v, nft plaintext drops +%d", n.Name, d, drop-drop0[n])
-		if len(d) != 0 || drop != drop0[n] {
-			t.Errorf("%s: IPsec errors during the rotation: xfrm_stat %v, nft drops +%d", n.Name, d, drop-drop0[n])
+	}
+	return c
+}
+
+// checkNoIPsecErrors fails the test if any host counted an IPsec error
+// or dropped plaintext since before.
+func (s *suite) checkNoIPsecErrors(t *testing.T, before ipsecCounters, during string) {
+	t.Helper()
+	now := s.readIPsecCounters(t)
+	for _, n := range s.Nodes {
+		d, drops := statDelta(before.stat[n], now.stat[n]), now.drop[n]-before.drop[n]
+		t.Logf("%s during %s: xfrm_stat errors %v, nft plaintext drops +%d", n.Name, during, d, drops)
+		if len(d) != 0 || drops != 0 {
+			t.Errorf("%s: IPsec errors during %s: xfrm_stat %v, nft drops +%d", n.Name, during, d, drops)
 		}
 	}
 }

@@ -22,15 +22,7 @@ const stepReach = 2 * time.Second
 
 // keyringView is the part of `overlay-plugin cluster` the roll reads.
 type keyringView struct {
-	Secrets struct {
-		Held      []string `json:"held"`
-		FileError string   `json:"fileError"`
-		Members   []struct {
-			Name         string   `json:"name"`
-			Secrets      []string `json:"secrets"`
-			LacksPrimary bool     `json:"lacksPrimary"`
-		} `json:"members"`
-	} `json:"secrets"`
+	Secrets encryption.SecretsStatus `json:"secrets"`
 }
 
 // testSecretRotation is the README's three-step roll of the cluster secret
