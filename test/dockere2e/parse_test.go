@@ -1,6 +1,7 @@
 package dockere2e
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -48,6 +49,25 @@ func TestPortSettledInDockerdLog(t *testing.T) {
 		m := rePortSettled.FindStringSubmatch(c.line)
 		if m == nil || m[1] != c.port || m[2] != c.from {
 			t.Errorf("%q: %q, want port %s from %s", c.line, m, c.port, c.from)
+		}
+	}
+}
+
+// TestReadmeRollCommands: the swarm's roll of the cluster secret runs the
+// README's commands, as the README has them.
+func TestReadmeRollCommands(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string // the README's lines without their indent (a list item's code block)
+	for l := range strings.Lines(string(readme)) {
+		lines = append(lines, strings.TrimLeft(l, " "))
+	}
+	text := strings.Join(lines, "")
+	for i, cmd := range readmeRoll {
+		if !strings.Contains(text, cmd+"\noverlay-plugin reload\n") {
+			t.Errorf("step %d's commands, then overlay-plugin reload, are not in README.md as written here:\n%s", i+1, cmd)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,16 +28,25 @@ func (c *Check) secretFile(n *Node) (string, error) {
 	return src + "/secret", err
 }
 
-// writeSecrets writes lines as n's secret file, mode 0600, and has the
-// plugin read it (`overlay-plugin reload`, README: Rotating the cluster
-// secret).
-func (c *Check) writeSecrets(n *Node, lines ...string) error {
+// readmeRoll are the README's commands of the three steps (Rotating the
+// cluster secret) but for `overlay-plugin reload`, which follows each:
+// TestReadmeRollCommands keeps them the README's.
+var readmeRoll = [3]string{
+	"cat new-secret >> /etc/overlay-plugin/secret",
+	"cd /etc/overlay-plugin\n(umask 077; { sed -n 2p secret; sed -n 1p secret; } > secret.new) && mv secret.new secret",
+	"sed -i 2d /etc/overlay-plugin/secret",
+}
+
+// rollStep runs step i of the README's roll on n, in the directory of its
+// secret file, with new-secret in dir, then `overlay-plugin reload`.
+func (c *Check) rollStep(n *Node, i int, dir string) error {
 	path, err := c.secretFile(n)
 	if err != nil {
 		return err
 	}
-	if out, err := n.Host(append([]string{"sh", "-c", `f=$1; shift; umask 077; printf '%s\n' "$@" >"$f"`, "sh", path}, lines...)...); err != nil {
-		return fmt.Errorf("%s: write %s: %w %s", n, path, err, out)
+	script := "cd " + dir + "\n" + strings.ReplaceAll(readmeRoll[i], "/etc/overlay-plugin", filepath.Dir(path))
+	if out, err := n.Host("sh", "-ec", script); err != nil {
+		return fmt.Errorf("%s: step %d of the README's roll: %w %s", n, i+1, err, out)
 	}
 	out, err := c.PluginCLI(n, "reload")
 	if err != nil || !reReloaded.MatchString(out) {
@@ -74,20 +84,17 @@ func (c *Check) SecretRollUnderStream(eps []Endpoint) error {
 		return fmt.Errorf("%s: overlay-plugin cluster: no single secret held before the roll (%v): %.300s", c.Nodes[0], err, oldOut)
 	}
 	oldID := v0.Secrets.Held[0]
+	// The README's "once, then copy to every node": one file beside the
+	// nodes' secret directories, which every node's host sees.
 	path0, err := c.secretFile(c.Nodes[0])
 	if err != nil {
 		return err
 	}
-	oldLine, err := c.Nodes[0].Host("cat", path0)
-	if err != nil {
-		return err
+	dir := filepath.Join(filepath.Dir(filepath.Dir(path0)), "roll")
+	if out, err := c.Nodes[0].Host("sh", "-ec", "mkdir -p "+dir+"\ncd "+dir+"\nhead -c32 /dev/urandom | base64 > new-secret"); err != nil {
+		return fmt.Errorf("make the new secret: %w %s", err, out)
 	}
-	oldLine = strings.TrimSpace(oldLine)
-	newLine, err := c.Nodes[0].Host("sh", "-c", "head -c32 /dev/urandom | base64")
-	if err != nil {
-		return err
-	}
-	newLine = strings.TrimSpace(newLine)
+	defer c.Nodes[0].Host("rm", "-rf", dir)
 	spisBefore := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
 		if spisBefore[i], err = c.kernelSPIs(n); err != nil {
@@ -117,10 +124,10 @@ func (c *Check) SecretRollUnderStream(eps []Endpoint) error {
 	time.Sleep(5 * time.Second)
 
 	newID := ""
-	step := func(name string, lines []string, ok func(held []string, pair string) bool) error {
+	step := func(name string, i int, ok func(held []string, pair string) bool) error {
 		start := time.Now()
 		for _, n := range c.Nodes {
-			if err := c.writeSecrets(n, lines...); err != nil {
+			if err := c.rollStep(n, i, dir); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}
@@ -155,15 +162,15 @@ func (c *Check) SecretRollUnderStream(eps []Endpoint) error {
 		return nil
 	}
 	var errs []error
-	if err := step("step 1, the new secret second", []string{oldLine, newLine}, func(held []string, pair string) bool {
+	if err := step("step 1, the new secret second", 0, func(held []string, pair string) bool {
 		return slices.Equal(held, []string{oldID, newID}) && pair == oldID
 	}); err != nil {
 		errs = append(errs, err)
-	} else if err := step("step 2, the new secret first", []string{newLine, oldLine}, func(held []string, pair string) bool {
+	} else if err := step("step 2, the new secret first", 1, func(held []string, pair string) bool {
 		return slices.Equal(held, []string{newID, oldID}) && pair == newID
 	}); err != nil {
 		errs = append(errs, err)
-	} else if err := step("step 3, the old secret removed", []string{newLine}, func(held []string, pair string) bool {
+	} else if err := step("step 3, the old secret removed", 2, func(held []string, pair string) bool {
 		return slices.Equal(held, []string{newID}) && pair == newID
 	}); err != nil {
 		errs = append(errs, err)
