@@ -167,9 +167,14 @@ func streamMessage(payload, key []byte) []byte {
 	return gcm.Seal(out, nonce, plain.Bytes(), out[:5])
 }
 
+// eof is a reader at its end.
+type eof struct{}
+
+func (eof) Read([]byte) (int, error) { return 0, io.EOF }
+
 // userPayload is the payload of a user message (type, header, payload).
 func userPayload(msg []byte) ([]byte, error) {
-	h := &headReader{r: bytes.NewReader(nil), buf: msg, max: len(msg)}
+	h := &headReader{r: eof{}, buf: msg, max: len(msg)} // all of it is in buf
 	t, err := h.take(1)
 	if err != nil {
 		return nil, err
@@ -177,8 +182,8 @@ func userPayload(msg []byte) ([]byte, error) {
 	if t[0] != mlUser {
 		return nil, reject(RejectUnknownType, "channel message of type %d", t[0])
 	}
-	var hd mlUserMsgHeader
-	if err := h.header(&hd); err != nil {
+	hd, err := h.userHeader()
+	if err != nil {
 		return nil, err
 	}
 	if hd.UserMsgLen < 0 || h.pos+hd.UserMsgLen != len(msg) {
