@@ -104,7 +104,9 @@ func (c *Check) SecretRollUnderStream(eps []Endpoint) error {
 
 	// The streams: pings, and a TCP connection carrying a line every 0.2 s.
 	from, to := eps[0], eps[1%len(eps)]
-	if _, err := to.Node.Docker("exec", "-d", to.CID, "sh", "-c", fmt.Sprintf("nc -l -p %d >/tmp/roll.got", port)); err != nil {
+	// The listener's stdin stays open: busybox nc ends the connection
+	// when its stdin ends, and docker exec -d gives it none.
+	if _, err := to.Node.Docker("exec", "-d", to.CID, "sh", "-c", fmt.Sprintf("tail -f /dev/null | nc -l -p %d >/tmp/roll.got", port)); err != nil {
 		return fmt.Errorf("%s: nc listener: %w", to.Node, err)
 	}
 	time.Sleep(time.Second)
