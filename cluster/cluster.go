@@ -156,9 +156,10 @@ type Cluster struct {
 	epoch    uint64
 	nodeData func(netip.Addr, []byte)
 	// memberKeyIDs is Config.MemberKeyIDs; set once in New. keyIDsDue
-	// are the members' key ids it is due, by VTEP; guarded by mu.
+	// are the members whose key ids it is due (settings.go); guarded by
+	// mu.
 	memberKeyIDs func(netip.Addr, []string)
-	keyIDsDue    map[netip.Addr][]string
+	keyIDsDue    map[string]bool
 	// memberVTEPs is Config.MemberVTEPs; set once in New.
 	memberVTEPs func([]netip.Addr)
 	ml          *memberlist.Memberlist // set in New before any goroutine of ours starts
@@ -268,14 +269,13 @@ func New(cfg Config) (*Cluster, error) {
 	if !adv.IsValid() || adv.IsUnspecified() || adv.IsMulticast() || adv.Zone() != "" {
 		return nil, fmt.Errorf("cluster: AdvertiseAddr %v is not a usable unicast address", cfg.AdvertiseAddr)
 	}
-	if cfg.SecretKey != nil && len(cfg.SecretKey) != 32 {
-		return nil, fmt.Errorf("cluster: SecretKey must be 32 bytes, got %d", len(cfg.SecretKey))
-	}
 	if cfg.SecretKey == nil && len(cfg.AcceptKeys) > 0 {
 		return nil, errors.New("cluster: AcceptKeys without a SecretKey")
 	}
-	if err := checkKeys(cfg.AcceptKeys); len(cfg.AcceptKeys) > 0 && err != nil {
-		return nil, fmt.Errorf("cluster: AcceptKeys: %w", err)
+	if cfg.SecretKey != nil {
+		if err := checkKeys(append([][]byte{cfg.SecretKey}, cfg.AcceptKeys...)); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 	}
 	if err := checkKeyIDs(cfg.KeyIDs); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -773,8 +773,7 @@ func (c *Cluster) deliverLoop() {
 			vteps, vtepsChanged := c.st.takeVTEPs()
 			batch := c.st.takeDirty()
 			data := c.st.takeDataDirty()
-			keyIDs := c.keyIDsDue
-			c.keyIDsDue = nil
+			keyIDs := c.takeKeyIDsLocked()
 			c.mu.Unlock()
 			if len(batch) == 0 && len(data) == 0 && len(keyIDs) == 0 && !vtepsChanged {
 				break

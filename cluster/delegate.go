@@ -189,6 +189,7 @@ func (e *events) up(n *memberlist.Node, msg string) {
 	c.membersChangedLocked()
 	if !wasAlive || c.st.members[n.Name].epoch != wasEpoch {
 		c.settingsDueLocked(n.Name)
+		c.keyIDsDueLocked(n.Name)
 	}
 	refused, port := c.refuseLocked(n.Name), c.settings.VXLANPort
 	c.mu.Unlock()
@@ -219,16 +220,6 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		c.log.Info("member gone", "why", "its records are kept for the grace period", "member", n.Name, "addr", nodeAddr(n),
 			"restarting", restarting, "grace", grace)
 	}
-}
-
-func (s *state) aliveCount() int {
-	n := 0
-	for _, m := range s.members {
-		if m.alive {
-			n++
-		}
-	}
-	return n
 }
 
 // decodeError counts a malformed message, or one of a wire version this

@@ -174,8 +174,9 @@ type harness struct {
 	restartGrace  time.Duration // 0: the default
 	wire          [2]byte       // the wire versions new nodes speak; zero: this build's
 	key           []byte
-	keyIDs        []string // Config.KeyIDs of new nodes
-	settings      Settings // what new nodes advertise
+	keyIDs        []string                   // Config.KeyIDs of new nodes
+	memberKeyIDs  func(netip.Addr, []string) // Config.MemberKeyIDs of new nodes
+	settings      Settings                   // what new nodes advertise
 	tweak         func(*memberlist.Config)
 	logs          *logBuf
 }
@@ -257,6 +258,7 @@ func (h *harness) tryStart(i int, sink *recSink, seeds ...int) (*tnode, error) {
 		Join:             join,
 		SecretKey:        h.key,
 		KeyIDs:           h.keyIDs,
+		MemberKeyIDs:     h.memberKeyIDs,
 		DeadGrace:        h.grace,
 		RestartGrace:     h.restartGrace,
 		wireRange:        h.wire,

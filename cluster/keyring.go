@@ -30,15 +30,15 @@ func newKeyring(primary []byte, accept ...[]byte) *keyring {
 	return k
 }
 
-// checkKeys says whether keys may be a keyring: one at least, and each a
-// key AES takes (memberlist's Keyring takes 16, 24 or 32 bytes).
+// checkKeys says whether keys may be a keyring: one at least, each 32
+// bytes (AES-256, as every gossip key derived from a secret is).
 func checkKeys(keys [][]byte) error {
 	if len(keys) == 0 {
 		return errors.New("no gossip key")
 	}
 	for i, k := range keys {
-		if n := len(k); n != 16 && n != 24 && n != 32 {
-			return fmt.Errorf("gossip key %d is %d bytes, want 16, 24 or 32", i+1, n)
+		if len(k) != 32 {
+			return fmt.Errorf("gossip key %d is %d bytes, want 32", i+1, len(k))
 		}
 	}
 	return nil

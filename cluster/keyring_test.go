@@ -3,9 +3,13 @@ package cluster
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/overlay-plugin/overlay-plugin/internal/wait"
 )
@@ -113,4 +117,36 @@ func TestSetKeysNeedsAnEncryptedCluster(t *testing.T) {
 	if err := n.c.SetKeys(bytes.Repeat([]byte{1}, 32), nil, []string{"11111111"}); err == nil {
 		t.Fatal("a plaintext cluster took a key")
 	}
+}
+
+// TestMemberKeyIDsReachTheCallback: each member's key ids reach
+// MemberKeyIDs by its VTEP, also when its settings came before the event
+// that it is alive (a restarted member's often do).
+func TestMemberKeyIDsReachTheCallback(t *testing.T) {
+	var mu sync.Mutex
+	got := map[netip.Addr][]string{}
+	held := func(v netip.Addr) []string { mu.Lock(); defer mu.Unlock(); return got[v] }
+	h := newHarness(t)
+	h.key, h.keyIDs = bytes.Repeat([]byte{1}, 32), []string{"11111111"}
+	h.settings = Settings{VXLANPort: 4789, UnderlayMTU: 1500}
+	h.memberKeyIDs = func(v netip.Addr, ids []string) { mu.Lock(); got[v] = ids; mu.Unlock() }
+	n1 := h.start(1)
+	n2 := h.start(2, 1)
+	waitMembers(t, []*tnode{n1, n2}, 2)
+	for _, n := range []*tnode{n1, n2} {
+		wait.For(t, 5*time.Second, 20*time.Millisecond, "the ids of "+n.name, wait.Bool(func() bool { return slices.Equal(held(n.ip), h.keyIDs) }))
+	}
+
+	// Settings of an instance n1 does not know alive yet, then the event.
+	c, ip9 := n1.c, nodeIP(9)
+	c.mu.Lock()
+	c.st.adverts["n9"] = advert{epoch: 7, Settings: h.settings, keyIDs: []string{"99999999"}}
+	c.keyIDsDueLocked("n9")
+	c.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	if ids := held(ip9); ids != nil {
+		t.Fatalf("ids %v delivered for a member not alive", ids)
+	}
+	(&events{c}).NotifyJoin(&memberlist.Node{Name: "n9", Addr: ip9.AsSlice(), Port: gossipPort, Meta: encodeMeta(ip9, 7, nil)})
+	wait.For(t, 5*time.Second, 20*time.Millisecond, "n9's ids once it is alive", wait.Bool(func() bool { return slices.Equal(held(ip9), []string{"99999999"}) }))
 }

@@ -50,10 +50,11 @@ func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
 	c.reject(r.reason, "gossip input refused", "input", what, "from", from, "err", r.err)
 }
 
-// liveAddrs are the gossip addresses of the alive members: hosts (self
-// included) and the host-and-port of every other member. Never changed
-// once made.
+// liveAddrs are the alive members, counted (self included), and their
+// gossip addresses: hosts (self included) and the host-and-port of every
+// other member. Never changed once made.
 type liveAddrs struct {
+	alive int
 	hosts map[netip.Addr]bool
 	peers map[netip.AddrPort]bool
 }
@@ -64,6 +65,7 @@ func (s *state) liveAddrs() *liveAddrs {
 		if !m.alive {
 			continue
 		}
+		l.alive++
 		l.hosts[m.addr.Addr()] = true
 		if m.name != s.self {
 			l.peers[m.addr] = true

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -115,15 +116,39 @@ func (c *Cluster) handleSettings(m *message) {
 	}
 	c.st.adverts[m.from] = advert{epoch: m.epoch, Settings: m.adv, keyIDs: m.keyIDs}
 	refused, port := c.refuseLocked(m.from), c.settings.VXLANPort
-	if mm := c.st.members[m.from]; mm != nil && mm.epoch == m.epoch && mm.vtep.IsValid() && m.keyIDs != nil && c.memberKeyIDs != nil {
-		if c.keyIDsDue == nil {
-			c.keyIDsDue = map[netip.Addr][]string{}
-		}
-		c.keyIDsDue[mm.vtep] = m.keyIDs // the delivery goroutine's (MemberKeyIDs)
-		c.wake(c.deliverCh)
-	}
+	c.keyIDsDueLocked(m.from)
 	c.mu.Unlock()
 	c.logRefusal(m.from, port, refused)
+}
+
+// keyIDsDueLocked marks member name's key ids due to MemberKeyIDs: it
+// said them, or came alive (its settings may have come first). Caller
+// holds mu.
+func (c *Cluster) keyIDsDueLocked(name string) {
+	if c.memberKeyIDs == nil || name == c.name {
+		return
+	}
+	if c.keyIDsDue == nil {
+		c.keyIDsDue = map[string]bool{}
+	}
+	c.keyIDsDue[name] = true
+	c.wake(c.deliverCh)
+}
+
+// takeKeyIDsLocked empties keyIDsDue into what MemberKeyIDs gets, by
+// VTEP: the ids each of those members' current instance said, copied;
+// a member not alive, or whose instance said none yet, is left out.
+// Caller holds mu.
+func (c *Cluster) takeKeyIDsLocked() map[netip.Addr][]string {
+	out := map[netip.Addr][]string{}
+	for name := range c.keyIDsDue {
+		m, a := c.st.members[name], c.st.adverts[name]
+		if m != nil && m.alive && m.vtep.IsValid() && a.epoch == m.epoch && a.keyIDs != nil {
+			out[m.vtep] = slices.Clone(a.keyIDs)
+		}
+	}
+	c.keyIDsDue = nil
+	return out
 }
 
 // refuseLocked follows whether member name is refused for receiving

@@ -100,8 +100,9 @@ func (c *Cluster) versionForLocked(name string) byte {
 // membersChangedLocked follows a change of the alive members: the queue's
 // node count. Caller holds c.mu.
 func (c *Cluster) membersChangedLocked() {
-	c.numAlive.Store(int64(c.st.aliveCount()))
-	c.live.Store(c.st.liveAddrs())
+	l := c.st.liveAddrs()
+	c.numAlive.Store(int64(l.alive))
+	c.live.Store(l)
 	if c.st.vtepsDirty {
 		c.wake(c.deliverCh)
 	}
