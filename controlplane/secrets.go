@@ -1,8 +1,8 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -32,10 +32,13 @@ var errNoSecretFile = fmt.Errorf("%w: no cluster secret: the plugin runs without
 type secretFile struct {
 	path string
 	log  *slog.Logger
-	// reload takes Reload's requests to run's goroutine.
-	reload chan chan error
-	// seen is the file's contents last read, used or not; run's.
-	seen []byte
+	// reload takes Reload's requests to run's goroutine; stopped is
+	// closed when it returns.
+	reload  chan chan error
+	stopped chan struct{}
+	// seen is the digest of the file's contents last read, used or not
+	// (not the contents: no copy of the secrets stays); run's.
+	seen [sha256.Size]byte
 	// now is what is held and the last reading's error, replaced whole by
 	// run's goroutine, read by the admin view.
 	now atomic.Pointer[secretsHeld]
@@ -47,15 +50,29 @@ type secretsHeld struct {
 }
 
 func newSecretFile(path string, log *slog.Logger) (*secretFile, error) {
-	ring, err := encryption.ReadSecrets(path, log)
+	data, err := readSecretFile(path)
 	if err != nil {
 		return nil, err
 	}
-	seen, _ := os.ReadFile(path)
+	ring, err := encryption.LoadSecrets(path, data, log)
+	if err != nil {
+		return nil, err
+	}
+	seen := sha256.Sum256(data)
+	clear(data)
 	log.Info("cluster secrets loaded", "path", path, "ids", encryption.IDs(ring), "primary", ring[0].ID)
-	f := &secretFile{path: path, log: log, reload: make(chan chan error), seen: seen}
+	f := &secretFile{path: path, log: log, reload: make(chan chan error), stopped: make(chan struct{}), seen: seen}
 	f.now.Store(&secretsHeld{ring: ring})
 	return f, nil
+}
+
+// readSecretFile reads the secret file's contents.
+func readSecretFile(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster secret: %w", err)
+	}
+	return data, nil
 }
 
 // held returns the secrets held now.
@@ -73,6 +90,7 @@ func gossipKeys(ring []encryption.Secret) [][]byte {
 // run reads the file every secretsPoll and on Reload until ctx ends, and
 // hands a changed keyring to apply.
 func (f *secretFile) run(ctx context.Context, apply func([]encryption.Secret) error) {
+	defer close(f.stopped)
 	t := time.NewTicker(secretsPoll)
 	defer t.Stop()
 	for {
@@ -94,10 +112,12 @@ func (f *secretFile) run(ctx context.Context, apply func([]encryption.Secret) er
 // left alone unless the last reading failed (a refusal by apply may pass
 // later) or forced (Reload); the same error is logged once.
 func (f *secretFile) check(apply func([]encryption.Secret) error, forced bool) error {
-	data, err := os.ReadFile(f.path)
-	same := err == nil && bytes.Equal(data, f.seen)
+	data, err := readSecretFile(f.path)
+	defer clear(data)
+	sum := sha256.Sum256(data)
+	same := err == nil && sum == f.seen
 	if err == nil {
-		f.seen = data
+		f.seen = sum
 	}
 	held := f.held()
 	if same && !forced && f.now.Load().err == nil {
@@ -105,7 +125,7 @@ func (f *secretFile) check(apply func([]encryption.Secret) error, forced bool) e
 	}
 	var ring []encryption.Secret
 	if err == nil {
-		ring, err = encryption.ReadSecrets(f.path, f.log)
+		ring, err = encryption.LoadSecrets(f.path, data, f.log)
 	}
 	if err == nil && !slices.Equal(encryption.IDs(ring), encryption.IDs(held)) {
 		err = apply(ring)
@@ -147,6 +167,8 @@ func (p *Plane) Reload(ctx context.Context) error {
 	reply := make(chan error, 1)
 	select {
 	case p.secrets.reload <- reply:
+	case <-p.secrets.stopped:
+		return fmt.Errorf("%w: the control plane has stopped", driver.ErrNotFound)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -176,11 +198,9 @@ func (p *Plane) SecretsStatus() (encryption.SecretsStatus, bool) {
 	if now.err != nil {
 		st.FileError = now.err.Error()
 	}
-	pair := map[netip.Addr]string{}
+	var pair map[netip.Addr]string
 	if p.enc != nil {
-		for _, r := range p.enc.Status().Remotes {
-			pair[r.VTEP] = r.Secret
-		}
+		pair = p.enc.PairSecrets()
 	}
 	for _, m := range p.cluster.Members() {
 		if m.Self || m.State != cluster.MemberAlive {

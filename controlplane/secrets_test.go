@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/overlay-plugin/overlay-plugin/driver"
 	"github.com/overlay-plugin/overlay-plugin/encryption"
 )
 
@@ -110,6 +111,9 @@ func TestSecretFileReload(t *testing.T) {
 	}
 	cancel()
 	<-done
+	if err := p.Reload(rctx); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("reload once the loop stopped: %v", err)
+	}
 	if err := (&Plane{}).Reload(rctx); !errors.Is(err, errNoSecretFile) {
 		t.Fatalf("reload without a secret file: %v", err)
 	}

@@ -798,10 +798,8 @@ func (m *Manager) Status() Status {
 func (m *Manager) ownStatus() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	st := Status{Own: infos(m.keyring.Public()), Remotes: []RemoteStatus{}, VNIs: slices.Sorted(maps.Keys(m.vnis)), Unshared: m.unsharedSeen}
-	for _, s := range m.salts {
-		st.Secrets = append(st.Secrets, s.ID)
-	}
+	st := Status{Own: infos(m.keyring.Public()), Remotes: []RemoteStatus{}, VNIs: slices.Sorted(maps.Keys(m.vnis)),
+		Secrets: m.secretIDs(), Unshared: m.unsharedSeen}
 	if m.unsupported != nil {
 		st.Supported = m.unsupported.Error()
 	}

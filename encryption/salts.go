@@ -106,10 +106,7 @@ func (m *Manager) SetPeerSecrets(vtep netip.Addr, ids []string) error {
 // pairSecret is PairSecret for vtep, and keeps the count of hosts in use
 // that share no secret with this one. Caller holds mu.
 func (m *Manager) pairSecret(vtep netip.Addr) (string, bool) {
-	own := make([]string, len(m.salts))
-	for i, s := range m.salts {
-		own[i] = s.ID
-	}
+	own := m.secretIDs()
 	peer, said := m.peerSecrets[vtep]
 	id, ok := PairSecret(own, peer, said)
 	switch {
@@ -123,4 +120,29 @@ func (m *Manager) pairSecret(vtep netip.Addr) (string, bool) {
 		m.log.Info("remote host shares a cluster secret again", "remote", vtep, "secret", id)
 	}
 	return id, ok
+}
+
+// secretIDs are the ids of this host's secrets, primary first. Caller
+// holds mu.
+func (m *Manager) secretIDs() []string {
+	ids := make([]string, len(m.salts))
+	for i, s := range m.salts {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+// PairSecrets is, for every remote host whose policy carries an SA, the
+// id of the secret that SA is salted with. It reads no kernel state, as
+// Status does.
+func (m *Manager) PairSecrets() map[netip.Addr]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[netip.Addr]string{}
+	for vtep, r := range m.remotes {
+		if r.hasPolicy && r.policy != 0 {
+			out[vtep] = r.sas[r.policy].Secret
+		}
+	}
+	return out
 }

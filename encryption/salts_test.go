@@ -90,9 +90,10 @@ func TestSecretRollNeverLosesAPacket(t *testing.T) {
 	}
 	for _, h := range hosts {
 		st := h.m.Status()
+		pairs := h.m.PairSecrets()
 		for _, r := range st.Remotes {
-			if r.Secret != newS.ID {
-				t.Errorf("%s sends to %s with secret %q, want %s", h.addr, r.VTEP, r.Secret, newS.ID)
+			if r.Secret != newS.ID || pairs[r.VTEP] != r.Secret {
+				t.Errorf("%s sends to %s with secret %q (PairSecrets: %q), want %s", h.addr, r.VTEP, r.Secret, pairs[r.VTEP], newS.ID)
 			}
 		}
 		states, _ := h.x.States()

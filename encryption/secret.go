@@ -26,15 +26,12 @@ type Secret struct {
 	Key []byte
 }
 
-// ReadSecrets reads the cluster's keyring: one secret per line, each
-// SecretLen random bytes in base64, the first the primary. The file should
-// be readable by root only; a looser mode is reported, not refused, since a
-// mounted secret's mode is not always ours to choose.
-func ReadSecrets(path string, log *slog.Logger) ([]Secret, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("cluster secret: %w", err)
-	}
+// LoadSecrets parses data, the contents of the cluster's keyring file at
+// path: one secret per line, each SecretLen random bytes in base64, the
+// first the primary. What the operator should fix but that is no error is
+// logged: a repeated secret, and a mode looser than root's alone (not
+// refused, since a mounted secret's mode is not always ours to choose).
+func LoadSecrets(path string, data []byte, log *slog.Logger) ([]Secret, error) {
 	secrets, dups, err := ParseSecrets(data)
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret %s: %w", path, err)

@@ -81,23 +81,28 @@ func TestSecretID(t *testing.T) {
 	}
 }
 
-func TestReadSecrets(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "secret")
-	if _, err := ReadSecrets(path, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "cluster secret") {
-		t.Fatalf("missing file: %v", err)
-	}
+func TestLoadSecrets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(path, []byte(line(2)+"\n"+line(1)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ring, err := ReadSecrets(path, slog.New(slog.DiscardHandler))
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ring, err := LoadSecrets(path, []byte(line(2)+"\n"+line(1)+"\n"+line(2)+"\n"), log)
 	if err != nil || !slices.Equal(IDs(ring), []string{SecretID(testSecret(2)), SecretID(testSecret(1))}) {
 		t.Fatalf("ring %v, err %v", IDs(ring), err)
 	}
-	if err := os.WriteFile(path, []byte("\n"), 0o600); err != nil {
+	if !strings.Contains(logs.String(), "repeats a secret") || strings.Contains(logs.String(), "readable by others") {
+		t.Fatalf("a repeat and a 0600 file logged as:\n%s", logs.String())
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadSecrets(path, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), path+": no secret") {
+	logs.Reset()
+	if _, err := LoadSecrets(path, []byte(line(1)), log); err != nil || !strings.Contains(logs.String(), "readable by others") {
+		t.Fatalf("a 0644 file: err %v, logged:\n%s", err, logs.String())
+	}
+	if _, err := LoadSecrets(path, []byte("\n"), log); err == nil || !strings.Contains(err.Error(), path+": no secret") {
 		t.Fatalf("empty file: %v", err)
 	}
 }
