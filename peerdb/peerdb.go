@@ -57,8 +57,8 @@ func CheckID(kind, id string) error {
 		return fmt.Errorf("%s id longer than 128 characters", kind)
 	}
 	// By byte, not by rune, and by table: every record from the network
-	// is checked, twice (cluster, driver). Any byte of a multi-byte
-	// character fails the test as the rune would.
+	// is checked on its way (cluster, driver, peer db). Any byte of a
+	// multi-byte character fails the test as the rune would.
 	for i := 0; i < len(id); i++ {
 		if !idByte[id[i]] {
 			return fmt.Errorf("%s id %q has a character other than a letter or digit", kind, id)

@@ -19,7 +19,10 @@ type secretsView struct {
 	Secrets encryption.SecretsStatus `json:"secrets"`
 }
 
-var reReloaded = regexp.MustCompile(`secret file read`)
+var (
+	reReloaded = regexp.MustCompile(`secret file read`)
+	reSPI      = regexp.MustCompile(`spi (0x[0-9a-f]+)`)
+)
 
 // secretFile is the cluster secret file of n's plugin, as its host sees it
 // (the 'secrets' mount's source).
@@ -237,7 +240,7 @@ func (c *Check) kernelSPIs(n *Node) (string, error) {
 		return "", err
 	}
 	var spis []string
-	for _, f := range regexp.MustCompile(`spi (0x[0-9a-f]+)`).FindAllStringSubmatch(out, -1) {
+	for _, f := range reSPI.FindAllStringSubmatch(out, -1) {
 		spis = append(spis, f[1])
 	}
 	slices.Sort(spis)

@@ -2,8 +2,6 @@ package encrypted
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -68,11 +66,21 @@ func (s *suite) phaseSecretRoll(t *testing.T) {
 	}
 	defer tcp.stop()
 
-	oldLine := strings.TrimSpace(string(must(os.ReadFile(s.Nodes[0].SecretFile))))
-	key := make([]byte, encryption.SecretLen)
-	_, _ = rand.Read(key)
-	newLine := base64.StdEncoding.EncodeToString(key)
-	oldID, newID := encryption.SecretID(must(base64.StdEncoding.DecodeString(oldLine))), encryption.SecretID(key)
+	data, err := os.ReadFile(s.Nodes[0].SecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _, err := encryption.ParseSecrets(data)
+	if err != nil || len(old) != 1 {
+		t.Fatalf("the secret file before the roll: %d secrets, %v", len(old), err)
+	}
+	oldLine := strings.TrimSpace(string(data))
+	newLine := testbed.SecretLine()
+	fresh, _, err := encryption.ParseSecrets([]byte(newLine))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldID, newID := old[0].ID, fresh[0].ID
 	t.Logf("rolling the cluster secret from %s to %s", oldID, newID)
 
 	rollStart := time.Now()
@@ -158,13 +166,6 @@ func (s *suite) phaseSecretRoll(t *testing.T) {
 		}
 	}
 	s.checkNoIPsecErrors(t, counters0, "the roll")
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }
 
 // kernelSPIs lists the SPIs `ip xfrm state` shows in n, sorted.

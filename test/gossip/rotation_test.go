@@ -1,8 +1,6 @@
 package gossip
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"os"
 	"slices"
@@ -36,7 +34,7 @@ func testSecretRotation(t *testing.T) {
 	c := newCluster(t, options{ClusterConfig: testbed.ClusterConfig{Secret: true, SecretPerHost: true}})
 	eps := c.withContainers()
 	oldLine := readSecretLine(t, c.Nodes[0].SecretFile)
-	newLine := freshSecretLine(t)
+	newLine := testbed.SecretLine()
 	oldID, newID := lineID(t, oldLine), lineID(t, newLine)
 	t.Logf("rolling from secret %s to %s", oldID, newID)
 
@@ -171,14 +169,6 @@ func readSecretLine(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(data))
-}
-
-func freshSecretLine(t *testing.T) string {
-	key := make([]byte, encryption.SecretLen)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(key)
 }
 
 func lineID(t *testing.T, line string) string {
