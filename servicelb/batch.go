@@ -1,6 +1,8 @@
 package servicelb
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/google/nftables"
@@ -60,10 +62,6 @@ func (b *batch) send(ns netns.NsHandle, send, recv int) error {
 		return nil
 	}
 	last := len(msgs) - 2 // the last before the batch's end
-	for i := range msgs {
-		msgs[i].Header.Flags &^= netlink.Acknowledge
-	}
-	msgs[last].Header.Flags |= netlink.Acknowledge
 	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(ns)})
 	if err != nil {
 		return fmt.Errorf("netfilter socket: %w", err)
@@ -72,8 +70,7 @@ func (b *batch) send(ns netns.NsHandle, send, recv int) error {
 	if err := sizeBuffers(conn, send, recv); err != nil {
 		return err
 	}
-	sent, err := conn.SendMessages(msgs)
-	if err != nil {
+	if err := sendRaw(conn, marshalBatch(msgs, last)); err != nil {
 		return fmt.Errorf("send batch: %w", err)
 	}
 	for {
@@ -83,9 +80,58 @@ func (b *batch) send(ns netns.NsHandle, send, recv int) error {
 			return err
 		}
 		for _, r := range replies {
-			if r.Header.Sequence == sent[last].Header.Sequence {
+			if r.Header.Sequence == uint32(last+1) {
 				return nil
 			}
 		}
 	}
+}
+
+// marshalBatch lays msgs out in one buffer, numbered from 1, only the
+// message at ack asking for an acknowledgement. netlink.Conn's own
+// SendMessages marshals each message into a slice of its own and appends
+// them to a growing buffer: for a 1,000-service table (13,000 messages,
+// 2 MB) a third of a Join's CPU went to that copying and its garbage.
+func marshalBatch(msgs []netlink.Message, ack int) []byte {
+	size := 0
+	for _, m := range msgs {
+		size += nlAlign(nlHeaderLen + len(m.Data))
+	}
+	buf := make([]byte, size)
+	at := 0
+	for i, m := range msgs {
+		n := nlAlign(nlHeaderLen + len(m.Data))
+		flags := m.Header.Flags &^ netlink.Acknowledge
+		if i == ack {
+			flags |= netlink.Acknowledge
+		}
+		h := buf[at : at+nlHeaderLen]
+		binary.NativeEndian.PutUint32(h[0:4], uint32(n))
+		binary.NativeEndian.PutUint16(h[4:6], uint16(m.Header.Type))
+		binary.NativeEndian.PutUint16(h[6:8], uint16(flags))
+		binary.NativeEndian.PutUint32(h[8:12], uint32(i+1))
+		copy(buf[at+nlHeaderLen:], m.Data)
+		at += n
+	}
+	return buf
+}
+
+const nlHeaderLen = 16 // struct nlmsghdr
+
+func nlAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
+
+// sendRaw sends buf, whole messages, to the kernel in one sendmsg.
+func sendRaw(conn *netlink.Conn, buf []byte) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendto(int(fd), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil {
+		return err
+	}
+	return serr
 }
