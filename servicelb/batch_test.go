@@ -9,17 +9,17 @@ import (
 
 // TestMarshalBatch: the one buffer holds what netlink marshals message by
 // message, numbered from 1, with the acknowledgement asked of one message
-// only, each message padded to the netlink alignment.
+// only and no echo, each message padded to the netlink alignment.
 func TestMarshalBatch(t *testing.T) {
 	msgs := []netlink.Message{
 		{Header: netlink.Header{Type: 0x10, Flags: netlink.Request | netlink.Acknowledge}, Data: []byte{1, 2, 3}},
-		{Header: netlink.Header{Type: 0xa06, Flags: netlink.Request | netlink.Acknowledge | netlink.Create}, Data: bytes.Repeat([]byte{7}, 8)},
+		{Header: netlink.Header{Type: 0xa06, Flags: netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Echo}, Data: bytes.Repeat([]byte{7}, 8)},
 		{Header: netlink.Header{Type: 0x11, Flags: netlink.Request}, Data: []byte{4}},
 	}
 	var want []byte
 	for i, m := range msgs {
 		m.Header.Sequence = uint32(i + 1)
-		m.Header.Flags &^= netlink.Acknowledge
+		m.Header.Flags &^= netlink.Acknowledge | netlink.Echo
 		if i == 1 {
 			m.Header.Flags |= netlink.Acknowledge
 		}
