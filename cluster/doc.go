@@ -64,10 +64,10 @@
 // intervals ago, which the owner's push is still bringing (sync.go,
 // shipment.go). So a record reaches each member about once: in a
 // 100-host rollout the first version shipped each about 7 times more by
-// anti-entropy than by push. Memberships are broadcast through a
-// memberlist.TransmitLimitedQueue, relayed once by every node that
-// accepts them, pushed to the network's members, and carried by
-// memberlist's push/pull. Nodes that fail or leave keep their records for
+// anti-entropy than by push. A membership is pushed by its node to every
+// alive node, broadcast by it through a memberlist.TransmitLimitedQueue
+// (not relayed), counted in the digests and carried by memberlist's
+// push/pull. Nodes that fail or leave keep their records for
 // DeadGrace, then every node drops them locally. Every RejoinInterval the
 // node re-joins seeds, Docker's node hints and former members that are not
 // alive; every ProbeInterval it pings a few former members that are gone

@@ -18,7 +18,7 @@ import (
 type source int
 
 const (
-	srcGossip  source = iota // a broadcast (NotifyMsg): relayed when it changes the table
+	srcGossip  source = iota // a broadcast (NotifyMsg): applied, not relayed
 	srcState                 // push/pull anti-entropy: applied, not relayed
 	srcPending               // held back until its owner joined; came by gossip
 	srcPush                  // pushed by its owner straight to this node: applied, not relayed
@@ -564,12 +564,13 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 	if r.Member {
 		s.memberChanged(cur, r, now)
 	}
-	// Endpoint records are never relayed: an owner pushes to every member
-	// it knows, and anti-entropy repairs the rest (relaying every record on
-	// every host is what saturated the broadcast queues). A membership
-	// that came by gossip is relayed once by the members of its network,
-	// which need it most and are a bounded share of the cluster: that
-	// spreads the news of a new member in a few gossip rounds.
+	// Nothing is relayed: an owner pushes its records to every member of
+	// their network and its memberships to every node, and anti-entropy
+	// repairs the rest (relaying every record on every host is what
+	// saturated the broadcast queues). Memberships were relayed once by the
+	// members of their network until the push reached every node: then
+	// nine in ten gossiped copies were duplicates (81,688 received, 73,498
+	// stale, in a 100-host rollout).
 	switch src {
 	case srcState:
 		s.acceptedFromState++
@@ -577,9 +578,6 @@ func (s *state) apply(r *record, src source, now time.Time) bool {
 		s.acceptedFromSync++
 	default:
 		s.accepted++
-	}
-	if src == srcGossip && r.Member && s.interested(r.NetworkID) {
-		s.out = append(s.out, r)
 	}
 	return true
 }
