@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	metrics "github.com/hashicorp/go-metrics"
@@ -18,30 +19,60 @@ import (
 )
 
 // Channels. What an outbox sends a member (pushes, anti-entropy) goes over
-// one stream per member kept open, a message after another, where the
-// member takes sessions (streampool.go). memberlist's SendReliable opens a
-// stream per message: on a session that is still five frames and a write
-// each, two goroutines, a check and memberlist's stream handling at the
-// member, for a few hundred bytes; in a 100-host rollout, 99,000 times.
+// a TCP connection of its own kept open, a message after another, where
+// the member is of this version (it takes sessions, streampool.go).
+// memberlist's SendReliable dials a connection per message; a stream per
+// message on a session still cost five frames and a write each, two
+// goroutines, a check and memberlist's stream handling at the member, for
+// a few hundred bytes; in a 100-host rollout, 99,000 times. Channels
+// carried by yamux streams then cost a goroutine hand-off per message at
+// each end and yamux's buffering: a quarter of the rollout's CPU (yamux's
+// send and receive loops), with a session per pair to open before the
+// first message.
 //
 // A channel's messages are memberlist's own stream messages (a user
 // message, encrypted with the cluster key as memberlist would), so the
 // screen checks each as it checks a stream's first message. The first
-// says kindChannel; the member answers channelAck and reads the messages
-// from then on, handing each to the delegate as memberlist would. A
-// member that does not answer gets SendReliable, as a 0.1.0 member does.
-// A write that fails closes the channel; the outbox retries, and the next
-// send opens a new one.
+// says kindChannel and the dialer's gossip address; the member answers
+// channelAck if the address is a live member's, from which the
+// connection came, and reads the messages from then on, handing each to
+// the delegate as memberlist would. A member that does not answer gets
+// SendReliable, as a 0.1.0 member does. A write that fails closes the
+// channel; the outbox retries, and the next send dials a new one.
+//
+// One connection per pair of members, used both ways, so that a host
+// holds a descriptor per member, not two: the one dialed by the member of
+// the lower name. That member sends on the connection it dialed and never
+// on one it accepted; the other sends on the one it accepted from it, or,
+// until there is one, on a connection it dialed itself, which it closes
+// once it accepted the lower's (after its last write: nobody else writes
+// on it, so nothing is lost). Both read every channel connection they
+// hold with the member.
 
 // channelAck is the member's answer to a channel's first message.
 const channelAck byte = 0xca
 
-// channel is an open channel to one member.
+// channel is a connection this node sends on to one member.
 type channel struct {
 	// mu serialises writes: a detached outbox's send (push.go) may still
 	// be under way when the next starts. A leaf.
 	mu   lockrank.Mutex[lockrank.Channel]
 	conn net.Conn
+}
+
+// channelSink is the cluster's side of the channels the screen accepts.
+type channelSink struct {
+	from         func(addr netip.AddrPort, source netip.Addr) (name string, ok bool) // the dialer, if a live member at addr and source its host
+	taken, ended func(name string, conn net.Conn)
+	deliver      func([]byte)
+}
+
+// peerChannels are this node's channel connections with one member.
+// Guarded by Cluster.chMu.
+type peerChannels struct {
+	send    *channel              // what this node sends on; nil: none
+	all     map[net.Conn]struct{} // every channel connection with the member, send's included
+	dialing chan struct{}         // non-nil while this node dials it; closed when done
 }
 
 // sendDirect sends msg to node: over its channel where it has one or takes
@@ -68,55 +99,157 @@ func (c *Cluster) sendDirect(node *memberlist.Node, msg []byte) error {
 	return nil
 }
 
-// channelTo returns node's channel, opening it if there is none; nil if
-// the node takes none.
+// peerLocked returns name's channels, made if none. Caller holds chMu.
+func (c *Cluster) peerLocked(name string) *peerChannels {
+	pc := c.channels[name]
+	if pc == nil {
+		pc = &peerChannels{all: map[net.Conn]struct{}{}}
+		c.channels[name] = pc
+	}
+	return pc
+}
+
+// channelTo returns the channel to send on to node, dialing one if there
+// is none; nil if the node takes none or it could not be opened. One dial
+// per member at a time: a send that finds one under way waits for it.
 func (c *Cluster) channelTo(node *memberlist.Node) *channel {
-	if c.pool == nil || !c.takesSessions(node.Name) {
+	if c.pool == nil || !c.takesSessions(node.Name) || c.pool.self.Load() == nil {
 		return nil
 	}
 	c.chMu.Lock()
-	ch := c.channels[node.Name]
-	c.chMu.Unlock()
-	if ch != nil {
+	pc := c.peerLocked(node.Name)
+	for pc.send == nil && pc.dialing != nil {
+		wait := pc.dialing
+		c.chMu.Unlock()
+		<-wait
+		c.chMu.Lock()
+		if pc.send == nil { // the dial failed: so would this one, now
+			c.chMu.Unlock()
+			return nil
+		}
+	}
+	if pc.send != nil {
+		ch := pc.send
+		c.chMu.Unlock()
 		return ch
 	}
-	conn, err := c.pool.openSession(node.Name, node.Address(), c.tcpTimeout)
+	done := make(chan struct{})
+	pc.dialing = done
+	c.chMu.Unlock()
+
+	conn := c.dialChannel(node)
+	c.chMu.Lock()
+	defer c.chMu.Unlock()
+	pc.dialing = nil
+	close(done)
+	if conn == nil {
+		return nil
+	}
+	switch {
+	case c.channels[node.Name] != pc: // the member left or restarted meanwhile
+		conn.Close()
+		return nil
+	case pc.send != nil:
+		// The member's own connection was taken meanwhile (its name is
+		// the lower): it never writes on this one, nor was anything sent
+		// on it.
+		conn.Close()
+		return pc.send
+	}
+	pc.all[conn] = struct{}{}
+	pc.send = &channel{conn: conn}
+	c.wg.Add(1)
+	go c.readDialed(node.Name, conn)
+	return pc.send
+}
+
+// dialChannel dials node and opens a channel on the connection; nil if
+// either fails.
+func (c *Cluster) dialChannel(node *memberlist.Node) net.Conn {
+	conn, err := c.pool.dial(node.Address(), c.tcpTimeout)
 	if err != nil {
 		return nil
 	}
-	if err := openChannel(conn, c.keys.primary(), channelOpen, time.Now().Add(c.tcpTimeout)); err != nil {
+	c.channelsDialed.Add(1)
+	if err := openChannel(conn, c.keys.primary(), channelOpenFrom(*c.pool.self.Load()), time.Now().Add(c.tcpTimeout)); err != nil {
 		conn.Close()
 		return nil
 	}
-	ch = &channel{conn: conn}
-	c.chMu.Lock()
-	defer c.chMu.Unlock()
-	if old := c.channels[node.Name]; old != nil { // opened meanwhile by another send
-		conn.Close()
-		return old
-	}
-	c.channels[node.Name] = ch
-	return ch
+	return conn
 }
 
-// dropChannel closes ch and forgets it, if it is still name's.
-func (c *Cluster) dropChannel(name string, ch *channel) {
+// readDialed reads what the member sends on a connection this node
+// dialed, until it ends.
+func (c *Cluster) readDialed(name string, conn net.Conn) {
+	defer c.wg.Done()
+	stop := context.AfterFunc(c.streams, func() { conn.Close() })
+	defer stop()
+	c.screen.readChannel(conn, (&delegate{c}).NotifyMsg)
+	c.channelEnded(name, conn)
+}
+
+// channelDialer returns the member that dialed a channel from source,
+// giving its gossip address addr: a live member's, on that host.
+func (c *Cluster) channelDialer(addr netip.AddrPort, source netip.Addr) (string, bool) {
+	name, ok := c.memberAtGossipAddr(addr)
+	return name, ok && addr.Addr() == source
+}
+
+// channelTaken is the screen's report of a channel accepted from member
+// name, answered: a connection dialed by a member of a lower name becomes
+// the one this node sends on, and the one this node dialed, if any, is
+// closed once its last write is done.
+func (c *Cluster) channelTaken(name string, conn net.Conn) {
 	c.chMu.Lock()
-	if c.channels[name] == ch {
-		delete(c.channels, name)
+	pc := c.peerLocked(name)
+	pc.all[conn] = struct{}{}
+	var old *channel
+	if name < c.name {
+		old, pc.send = pc.send, &channel{conn: conn}
+		if old != nil {
+			delete(pc.all, old.conn)
+		}
 	}
 	c.chMu.Unlock()
-	ch.conn.Close()
+	if old != nil {
+		old.mu.Lock()
+		old.conn.Close()
+		old.mu.Unlock()
+	}
 }
 
-// closeChannel closes member name's channel: it left or restarted.
+// channelEnded forgets a channel connection with member name that ended,
+// and closes it.
+func (c *Cluster) channelEnded(name string, conn net.Conn) {
+	c.chMu.Lock()
+	if pc := c.channels[name]; pc != nil {
+		delete(pc.all, conn)
+		if pc.send != nil && pc.send.conn == conn {
+			pc.send = nil
+		}
+	}
+	c.chMu.Unlock()
+	conn.Close()
+}
+
+// dropChannel closes ch, whose write failed, and forgets it if it is
+// still what this node sends on to name.
+func (c *Cluster) dropChannel(name string, ch *channel) {
+	c.channelEnded(name, ch.conn)
+}
+
+// closeChannel closes every channel connection with member name: it left
+// or restarted.
 func (c *Cluster) closeChannel(name string) {
 	c.chMu.Lock()
-	ch := c.channels[name]
+	pc := c.channels[name]
 	delete(c.channels, name)
 	c.chMu.Unlock()
-	if ch != nil {
-		ch.conn.Close()
+	if pc == nil {
+		return
+	}
+	for conn := range pc.all {
+		conn.Close()
 	}
 }
 
@@ -192,25 +325,33 @@ func userPayload(msg []byte) ([]byte, error) {
 	return msg[h.pos:], nil
 }
 
-// isChannelOpen says whether a stream's checked first message opens a
-// channel.
-func isChannelOpen(head []byte) bool {
+// channelOpenFrom is the payload of a channel's first message from a node
+// whose gossip address is self. It is not a plugin message (no
+// wireMagic): were it ever handed to the delegate, it would be refused as
+// malformed.
+func channelOpenFrom(self string) []byte { return append([]byte(channelOpen), self...) }
+
+const channelOpen = "overlay-plugin channel 2 "
+
+// channelFrom returns the gossip address a stream's checked first message
+// gives, if it opens a channel.
+func channelFrom(head []byte) (netip.AddrPort, bool) {
 	p, err := userPayload(head)
-	return err == nil && bytes.Equal(p, channelOpen)
+	if err != nil || !bytes.HasPrefix(p, []byte(channelOpen)) {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(string(p[len(channelOpen):]))
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), err == nil
 }
 
-// channelOpen is the payload of a channel's first message. It is not a
-// plugin message (no wireMagic): were it ever handed to the delegate, it
-// would be refused as malformed.
-var channelOpen = []byte("overlay-plugin channel 1")
-
-// serveChannel answers a channel's first message and hands the messages
-// that follow to deliver, each checked as a stream's first message is,
-// until the channel ends or one is refused.
-func (g *screenTransport) serveChannel(conn net.Conn, deliver func([]byte)) {
+// serveChannel answers a channel's first message from member name, tells
+// the cluster, and hands the messages that follow to it until the channel
+// ends or one is refused.
+func (g *screenTransport) serveChannel(conn net.Conn, name string) {
 	defer conn.Close()
 	stop := context.AfterFunc(g.ctx, func() { conn.Close() })
 	defer stop()
+	defer g.channels.ended(name, conn)
 	if err := conn.SetDeadline(time.Now().Add(g.headWait)); err != nil {
 		return
 	}
@@ -220,7 +361,14 @@ func (g *screenTransport) serveChannel(conn net.Conn, deliver func([]byte)) {
 	if err := conn.SetDeadline(time.Time{}); err != nil {
 		return
 	}
-	h := &headReader{r: conn, max: maxHead}
+	g.channels.taken(name, conn)
+	g.readChannel(conn, g.channels.deliver)
+}
+
+// readChannel hands a channel's messages to deliver, each checked as a
+// stream's first message is, until the channel ends or one is refused.
+func (g *screenTransport) readChannel(conn net.Conn, deliver func([]byte)) {
+	h := &headReader{r: conn, max: maxHead, channel: true}
 	for {
 		msg, err := g.readMessage(h, conn)
 		if err != nil {

@@ -239,18 +239,22 @@ type Cluster struct {
 	// sessions (name → struct{}), read by the transport without c.mu.
 	pool     *streamPool
 	muxPeers sync.Map
-	// channels are the open channels to members, by name (channel.go);
-	// chMu guards the map, a leaf. keys are the gossip keys (keyring.go),
-	// tcpTimeout memberlist's.
-	chMu       lockrank.Mutex[lockrank.Channels]
-	channels   map[string]*channel
-	keys       *keyring
-	mlKeyring  *memberlist.Keyring // memberlist's, in step with keys (SetKeys); nil without
-	tcpTimeout time.Duration
-	closed     atomic.Bool
-	closeOnce  sync.Once
-	closeErr   error
-	wg         sync.WaitGroup
+	// channels are the channel connections with members, by name
+	// (channel.go); chMu guards the map and its values, a leaf but for a
+	// channel's mu, taken after it. screen reads the channels this node
+	// dialed. keys are the gossip keys (keyring.go), tcpTimeout
+	// memberlist's.
+	chMu           lockrank.Mutex[lockrank.Channels]
+	channels       map[string]*peerChannels
+	channelsDialed atomic.Uint64
+	screen         *screenTransport
+	keys           *keyring
+	mlKeyring      *memberlist.Keyring // memberlist's, in step with keys (SetKeys); nil without
+	tcpTimeout     time.Duration
+	closed         atomic.Bool
+	closeOnce      sync.Once
+	closeErr       error
+	wg             sync.WaitGroup
 }
 
 // New creates the memberlist, starts the goroutines and joins the seeds in
@@ -442,10 +446,12 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	screen := newScreenTransport(nat, c.keys, c.refuseInput, c.isMemberAddr)
 	if c.pool != nil {
-		screen.acceptSessions(mc.Logger, c.isMemberGossipAddr, c.pool, (&delegate{c}).NotifyMsg)
+		screen.acceptSessions(mc.Logger, c.isMemberGossipAddr, c.pool,
+			channelSink{from: c.channelDialer, taken: c.channelTaken, ended: c.channelEnded, deliver: (&delegate{c}).NotifyMsg})
 	}
 	mc.Transport = screen
-	c.channels, c.tcpTimeout = map[string]*channel{}, mc.TCPTimeout
+	c.screen = screen
+	c.channels, c.tcpTimeout = map[string]*peerChannels{}, mc.TCPTimeout
 
 	c.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return int(max(c.numAlive.Load(), 1)) },
@@ -1031,6 +1037,7 @@ type Stats struct {
 	MetaPushPulls            uint64 // push/pull rounds that carried a node meta change
 	PushesSent               uint64 // messages sent straight to a member (pushes and anti-entropy)
 	SessionsDialed           uint64 // multiplexed connections dialed to members (streampool.go)
+	ChannelsDialed           uint64 // channel connections dialed to members (channel.go)
 	StreamsOverSessions      uint64 // gossip streams (every message memberlist sends over TCP) carried by a session
 	StreamsOwnConnection     uint64 // gossip streams dialed as a connection of their own (joins, 0.1.0 members)
 	PushErrors               uint64 // such messages that could not be sent
@@ -1096,6 +1103,7 @@ func (c *Cluster) Stats() Stats {
 	}
 	if c.pool != nil {
 		s.SessionsDialed, s.StreamsOverSessions, s.StreamsOwnConnection = c.pool.dialed.Load(), c.pool.muxed.Load(), c.pool.plainDials.Load()
+		s.ChannelsDialed = c.channelsDialed.Load()
 	}
 	for _, m := range st.members {
 		switch {

@@ -78,13 +78,14 @@
 // # Connections
 //
 // memberlist dials a TCP connection per stream and closes it after one
-// message. Two members of wire version 3 keep one connection instead, a
-// yamux session that carries all of memberlist's streams between them
-// (streampool.go, session.go), and what an outbox sends a member goes
-// over one stream of it kept open, a message after another (channel.go).
-// Each message is still memberlist's own, encrypted as memberlist would
-// and checked by the screen. A 0.1.0 member, a join and a session refused
-// get memberlist's connections. The transport is memberlist's, less the
+// message. Two members of wire version 3 keep connections instead: what an
+// outbox sends a member goes over a channel, one TCP connection per pair
+// kept open and used both ways, a message after another (channel.go);
+// memberlist's own streams (push/pull, fallback pings) share a yamux
+// session (streampool.go, session.go). Each message is still memberlist's
+// own, encrypted as memberlist would and checked by the screen. A 0.1.0
+// member, a join and a channel or session refused get memberlist's
+// connections. The transport is memberlist's, less the
 // 64 KiB it allocated per datagram (transport.go).
 //
 // # Failure and partitions

@@ -49,6 +49,9 @@ type headReader struct {
 	buf []byte
 	pos int
 	max int
+	// channel: a channel's (channel.go), whose end may cut a message
+	// short when the member stops mid-send; that is no refusal.
+	channel bool
 }
 
 // headChunk is the most a single read asks for.

@@ -56,11 +56,11 @@ func (c *Cluster) refuseInput(what string, from net.Addr, r *rejection) {
 type liveAddrs struct {
 	alive int
 	hosts map[netip.Addr]bool
-	peers map[netip.AddrPort]bool
+	peers map[netip.AddrPort]string // name by gossip address
 }
 
 func (s *state) liveAddrs() *liveAddrs {
-	l := &liveAddrs{hosts: map[netip.Addr]bool{}, peers: map[netip.AddrPort]bool{}}
+	l := &liveAddrs{hosts: map[netip.Addr]bool{}, peers: map[netip.AddrPort]string{}}
 	for _, m := range s.members {
 		if !m.alive {
 			continue
@@ -68,7 +68,7 @@ func (s *state) liveAddrs() *liveAddrs {
 		l.alive++
 		l.hosts[m.addr.Addr()] = true
 		if m.name != s.self {
-			l.peers[m.addr] = true
+			l.peers[m.addr] = m.name
 		}
 	}
 	return l
@@ -86,8 +86,19 @@ func (c *Cluster) isMemberAddr(a netip.Addr) bool {
 // port, this node's excepted: the address a session's dialer gives
 // (streampool.go).
 func (c *Cluster) isMemberGossipAddr(a netip.AddrPort) bool {
+	_, ok := c.memberAtGossipAddr(a)
+	return ok
+}
+
+// memberAtGossipAddr returns the live member (this node excepted) whose
+// gossip address and port a is: a channel's dialer (channel.go).
+func (c *Cluster) memberAtGossipAddr(a netip.AddrPort) (string, bool) {
 	l := c.live.Load()
-	return l != nil && l.peers[a]
+	if l == nil {
+		return "", false
+	}
+	name, ok := l.peers[a]
+	return name, ok
 }
 
 // Rejections returns every reason's count, by name, zeros included.

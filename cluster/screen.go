@@ -54,9 +54,10 @@ type screenTransport struct {
 	// before the transport is used.
 	memberAt func(netip.AddrPort) bool
 	adopt    func(addr string, sess *session)
-	// deliver takes a channel's messages (channel.go); nil: channels
-	// are left to memberlist, which refuses their first message.
-	deliver func([]byte)
+	// channels is the cluster's side of the channels accepted
+	// (channel.go); without deliver they are left to memberlist, which
+	// refuses their first message.
+	channels channelSink
 	// member says whether an address is a member's gossip address.
 	member func(netip.Addr) bool
 	// checked gets each accepted stream whose check ended, for
@@ -234,11 +235,22 @@ func (g *screenTransport) checkAccepted(c net.Conn, a admitted) {
 		c.Close()
 		return
 	}
-	if g.sessionLog.Load() != nil && g.deliver != nil && !a.stranger && isChannelOpen(head) {
+	if addr, ok := channelFrom(head); ok {
+		// Not counted when refused, as a session is not: a node that just
+		// joined, or came back, dials before every member took in its
+		// alive message. It sends by SendReliable meanwhile.
+		name, ok := "", g.sessionLog.Load() != nil && g.channels.deliver != nil && !a.stranger
+		if ok {
+			name, ok = g.channels.from(addr, a.source)
+		}
+		if !ok {
+			c.Close()
+			return
+		}
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			g.serveChannel(c, g.deliver)
+			g.serveChannel(c, name)
 		}()
 		return
 	}
@@ -397,7 +409,7 @@ func (g *screenTransport) readFrom(h *headReader, conn net.Conn, accepted bool) 
 		}
 		if accepted {
 			if err := h.plainMessage(t[0]); err != nil {
-				return nil, g.headError(conn, err)
+				return nil, g.headError(h, conn, err)
 			}
 		}
 		return h.buf[:h.pos], nil
@@ -407,7 +419,7 @@ func (g *screenTransport) readFrom(h *headReader, conn net.Conn, accepted bool) 
 	}
 	aad, payload, err := h.encryptedMessage()
 	if err != nil {
-		return nil, g.headError(conn, err)
+		return nil, g.headError(h, conn, err)
 	}
 	plain, err := g.keys.open(payload, aad)
 	if err != nil {
@@ -430,13 +442,15 @@ const maxHead = 5 + mlMaxStreamPayload
 
 // headError reports a first message that is malformed, too long or cut
 // short, and returns the conn's other errors as they are.
-func (g *screenTransport) headError(conn net.Conn, err error) error {
+func (g *screenTransport) headError(h *headReader, conn net.Conn, err error) error {
 	var r *rejection
 	switch {
 	case errors.As(err, &r):
 		return g.refuseStream(conn, r)
 	case errors.Is(err, errHeadTooLong):
 		return g.refuseStream(conn, reject(RejectMalformed, "first message over %d bytes", maxHead))
+	case errors.Is(err, io.ErrUnexpectedEOF) && h.channel:
+		return io.EOF
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return g.refuseStream(conn, reject(RejectMalformed, "stream cut short"))
 	}

@@ -20,11 +20,12 @@ import (
 // and closes it after one message: every push, anti-entropy message,
 // push/pull and fallback ping. In a 100-host rollout that was ~40% of the
 // CPU (connect, accept, close, and the kernel's handshakes and
-// TIME_WAITs), for messages of a few hundred bytes. So a node keeps one
-// TCP connection per member it sends to and carries its streams over it
-// as yamux streams, which memberlist and the screen take as they took
-// connections: each stream still carries one message each way, checked,
-// and encrypted with the cluster's key, as before.
+// TIME_WAITs), for messages of a few hundred bytes. Pushes and
+// anti-entropy now go over channels (channel.go); for memberlist's own
+// streams a node keeps one TCP connection per member it sends to and
+// carries them over it as yamux streams, which memberlist and the screen
+// take as they took connections: each stream still carries one message
+// each way, checked, and encrypted with the cluster's key, as before.
 //
 // A session starts with muxPreface and the dialer's gossip address (a
 // byte of length, then host:port); the acceptor answers muxPreface if it
@@ -365,11 +366,11 @@ var errSessionPreface = errors.New("session preface")
 
 // acceptSessions makes the screen take sessions from members, and serve
 // those pool dials.
-func (g *screenTransport) acceptSessions(logger *log.Logger, memberAt func(netip.AddrPort) bool, pool *streamPool, deliver func([]byte)) {
+func (g *screenTransport) acceptSessions(logger *log.Logger, memberAt func(netip.AddrPort) bool, pool *streamPool, channels channelSink) {
 	if logger == nil {
 		logger = log.New(io.Discard, "", 0)
 	}
-	g.memberAt, g.adopt, g.deliver = memberAt, pool.adopt, deliver
+	g.memberAt, g.adopt, g.channels = memberAt, pool.adopt, channels
 	pool.serve = func(s *session) { go g.serveSession(s) }
 	g.sessionLog.Store(logger)
 }

@@ -14,11 +14,11 @@ import (
 
 // TestStreamsShareASession: three nodes on loopback, with a secret and
 // without, one of them of release 0.1.0's wire range. Bursts of records
-// pushed from n1 reach both others: n2 over one channel on the one
-// session between them, n3, which speaks only wire version 2 and never
-// sees a session preface or a channel, over a connection per push. n2
-// restarting ends its session and channel: the new instance gets the
-// records over new ones.
+// pushed from n1 reach both others: n2 over one channel, dialing no
+// session for them, n3, which speaks only wire version 2 and never sees a
+// session preface or a channel, over a connection per push. n2
+// restarting ends its channel: the new instance gets the records over a
+// new one.
 func TestStreamsShareASession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode: binds loopback sockets")
@@ -69,6 +69,9 @@ func sharedSessions(t *testing.T, key []byte) {
 	}
 	if m := s1.StreamsOverSessions - s0.StreamsOverSessions; m > bursts/4 {
 		t.Errorf("%d streams opened over sessions for %d pushes to n2: they should share a channel", m, bursts)
+	}
+	if d := s1.ChannelsDialed - s0.ChannelsDialed; d > 1 {
+		t.Errorf("n1 dialed %d channels for its bursts, want at most one (to n2)", d)
 	}
 	if p := s1.StreamsOwnConnection - s0.StreamsOwnConnection; p < bursts/2 {
 		t.Errorf("%d streams had a connection of their own, want most of n3's %d pushes", p, bursts)

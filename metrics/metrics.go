@@ -122,7 +122,8 @@ var (
 	clStaleBy  = desc("gossip_records_stale_total", "Remote records received that were no newer than what was held (duplicates), by path as gossip_records_received_total.", "source")
 	clPushes   = desc("gossip_pushes_total", "Messages sent straight to a member (pushes and anti-entropy), by result (sent, failed, dropped: the member was gone).", "result")
 	clStreams  = desc("gossip_streams_total", "TCP streams this node opened to members (pushes, anti-entropy, push/pull, fallback pings), by how: session (over the one multiplexed connection kept per member), connection (a connection of its own: joins, members of release 0.1.0).", "via")
-	clSessions = desc("gossip_sessions_dialed_total", "Multiplexed connections dialed to members; each carries that member's streams until it leaves, restarts or is idle 2 minutes.")
+	clSessions = desc("gossip_sessions_dialed_total", "Multiplexed connections dialed to members; each carries memberlist's streams to that member until it leaves, restarts or is idle 2 minutes.")
+	clChannels = desc("gossip_channels_dialed_total", "Channel connections dialed to members; each carries the pushes and anti-entropy between this node and that member, both ways, until it fails, leaves or restarts.")
 	clSyncs    = desc("gossip_anti_entropy_total", "Anti-entropy digest exchanges, by direction (started, received).", "direction")
 	clRejected = desc("gossip_rejected_total", "Gossip input refused, by reason: decrypt, plain (plaintext in an encrypted cluster), compressed, unknown_type, malformed, misdirected (a ping for another node), queue_full (memberlist's handler queue), stale (no newer than what is held; duplicates are routine), ownership (an endpoint another node owns), vtep_mismatch, owner_gone, wire_version (a message or a node of a wire version this node does not speak), stream_idle (a gossip connection that sent no whole first message in time), stream_limit (a gossip connection over the bound of those not yet checked).", "reason")
 	clOther    = map[string]*prometheus.Desc{
@@ -296,6 +297,7 @@ func collectCluster(ch chan<- prometheus.Metric, s cluster.Stats) {
 	counter(ch, clStreams, s.StreamsOverSessions, "session")
 	counter(ch, clStreams, s.StreamsOwnConnection, "connection")
 	counter(ch, clSessions, s.SessionsDialed)
+	counter(ch, clChannels, s.ChannelsDialed)
 	counter(ch, clSyncs, s.SyncsSent, "started")
 	counter(ch, clSyncs, s.SyncsReceived, "received")
 	for reason, v := range s.Rejections() {
