@@ -90,7 +90,7 @@ func (c *Cluster) sendDirect(node *memberlist.Node, msg []byte) error {
 		_, err = ch.conn.Write(frame)
 	}
 	if err != nil {
-		c.dropChannel(node.Name, ch)
+		c.channelEnded(node.Name, ch.conn)
 		return err
 	}
 	// Counted as memberlist counts what it writes to a stream, so that
@@ -179,11 +179,10 @@ func (c *Cluster) dialChannel(node *memberlist.Node) net.Conn {
 }
 
 // readDialed reads what the member sends on a connection this node
-// dialed, until it ends.
+// dialed, until it ends (the transport closes its dials when the cluster
+// does).
 func (c *Cluster) readDialed(name string, conn net.Conn) {
 	defer c.wg.Done()
-	stop := context.AfterFunc(c.streams, func() { conn.Close() })
-	defer stop()
 	c.screen.readChannel(conn, (&delegate{c}).NotifyMsg)
 	c.channelEnded(name, conn)
 }
@@ -219,7 +218,7 @@ func (c *Cluster) channelTaken(name string, conn net.Conn) {
 }
 
 // channelEnded forgets a channel connection with member name that ended,
-// and closes it.
+// or whose write failed, and closes it.
 func (c *Cluster) channelEnded(name string, conn net.Conn) {
 	c.chMu.Lock()
 	if pc := c.channels[name]; pc != nil {
@@ -230,12 +229,6 @@ func (c *Cluster) channelEnded(name string, conn net.Conn) {
 	}
 	c.chMu.Unlock()
 	conn.Close()
-}
-
-// dropChannel closes ch, whose write failed, and forgets it if it is
-// still what this node sends on to name.
-func (c *Cluster) dropChannel(name string, ch *channel) {
-	c.channelEnded(name, ch.conn)
 }
 
 // closeChannel closes every channel connection with member name: it left

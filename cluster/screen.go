@@ -239,8 +239,9 @@ func (g *screenTransport) checkAccepted(c net.Conn, a admitted) {
 		// Not counted when refused, as a session is not: a node that just
 		// joined, or came back, dials before every member took in its
 		// alive message. It sends by SendReliable meanwhile.
-		name, ok := "", g.sessionLog.Load() != nil && g.channels.deliver != nil && !a.stranger
-		if ok {
+		var name string
+		ok := false
+		if g.sessionLog.Load() != nil && g.channels.deliver != nil && !a.stranger {
 			name, ok = g.channels.from(addr, a.source)
 		}
 		if !ok {

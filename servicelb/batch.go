@@ -98,28 +98,26 @@ func (b *batch) send(ns netns.NsHandle, send, recv int) error {
 func marshalBatch(msgs []netlink.Message, ack int) []byte {
 	size := 0
 	for _, m := range msgs {
-		size += nlAlign(nlHeaderLen + len(m.Data))
+		size += nlAlign(unix.NLMSG_HDRLEN + len(m.Data))
 	}
 	buf := make([]byte, size)
 	at := 0
 	for i, m := range msgs {
-		n := nlAlign(nlHeaderLen + len(m.Data))
+		n := nlAlign(unix.NLMSG_HDRLEN + len(m.Data))
 		flags := m.Header.Flags &^ (netlink.Acknowledge | netlink.Echo)
 		if i == ack {
 			flags |= netlink.Acknowledge
 		}
-		h := buf[at : at+nlHeaderLen]
+		h := buf[at : at+unix.NLMSG_HDRLEN]
 		binary.NativeEndian.PutUint32(h[0:4], uint32(n))
 		binary.NativeEndian.PutUint16(h[4:6], uint16(m.Header.Type))
 		binary.NativeEndian.PutUint16(h[6:8], uint16(flags))
 		binary.NativeEndian.PutUint32(h[8:12], uint32(i+1))
-		copy(buf[at+nlHeaderLen:], m.Data)
+		copy(buf[at+unix.NLMSG_HDRLEN:], m.Data)
 		at += n
 	}
 	return buf
 }
-
-const nlHeaderLen = 16 // struct nlmsghdr
 
 func nlAlign(n int) int { return (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1) }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // TestMarshalBatch: the one buffer holds what netlink marshals message by
@@ -23,7 +24,7 @@ func TestMarshalBatch(t *testing.T) {
 		if i == 1 {
 			m.Header.Flags |= netlink.Acknowledge
 		}
-		m.Header.Length = uint32(nlAlign(nlHeaderLen + len(m.Data)))
+		m.Header.Length = uint32(nlAlign(unix.NLMSG_HDRLEN + len(m.Data)))
 		b, err := m.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
